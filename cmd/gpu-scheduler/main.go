@@ -1,0 +1,31 @@
+// Command gpu-scheduler is the upstream kube-scheduler v1.37.2 with our GPU
+// plugins registered. Run it beside the default scheduler; pods that set
+// schedulerName: gpu-scheduler are placed by it.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register" // JSON log format
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/version"
+)
+
+func main() {
+	cmd := app.NewSchedulerCommand(plugins.Options()...)
+	cmd.Use = "gpu-scheduler"
+	cmd.Short = "GPU-aware secondary scheduler (kube-scheduler v1.37.2 with GPU plugins)"
+	cmd.Long = fmt.Sprintf(`gpu-scheduler %s places pods that set schedulerName: gpu-scheduler.
+
+It is the upstream kube-scheduler v1.37.2 with three plugins: GPUFit (per-device
+filtering, reservations, the assignment annotation), GPUScore (fragmentation-aware
+placement) and LeastRequested (CPU/memory spread). Give it a
+KubeSchedulerConfiguration with --config; see manifests/ and docs/api.md.`, version.Version)
+	os.Exit(cli.Run(cmd))
+}

@@ -1,0 +1,94 @@
+// Package config holds the internal types of our plugins' args. The
+// versioned types users write live in ./v1; defaults are applied there and
+// validation happens in ./validation, called from each plugin's New.
+package config
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// GPUFitArgs configures GPUFit: where devices and requests are read from, and
+// the requeue reconciler.
+type GPUFitArgs struct {
+	metav1.TypeMeta
+
+	// GPUResourceNames are the extended resources that count as whole GPUs.
+	GPUResourceNames []string
+	// GPUProductLabel is the node label holding the GPU model.
+	GPUProductLabel string
+	// GPUMemoryLabel is the node label holding MiB per GPU.
+	GPUMemoryLabel string
+	// Requeue configures the requeue reconciler.
+	Requeue RequeueArgs
+}
+
+// RequeueArgs configures the reconcile-style requeue of unschedulable pods.
+type RequeueArgs struct {
+	// Enabled starts the reconciler with the plugin.
+	Enabled bool
+	// Workers is the number of reconcile workers.
+	Workers int32
+	// ResyncPeriodSeconds re-enqueues every unschedulable pod this often.
+	ResyncPeriodSeconds int32
+	// BackoffBaseMilliseconds and BackoffMaxSeconds bound the per-key
+	// exponential backoff of failed reconciles.
+	BackoffBaseMilliseconds int32
+	BackoffMaxSeconds       int32
+	// QueueingHints turns the level-based hints on; off, every registered
+	// event requeues (for measurement).
+	QueueingHints bool
+	// ExplainPending keeps a current reason on pending GPU pods.
+	ExplainPending bool
+}
+
+// GPUScoreArgs configures GPUScore.
+type GPUScoreArgs struct {
+	metav1.TypeMeta
+
+	// Policy is Fragmentation, BestFit, Packing or Spread.
+	Policy string
+	// TargetWorkload is what fragmentation is measured against.
+	TargetWorkload TargetWorkload
+}
+
+// TargetWorkload is learned from the pods seen, or given.
+type TargetWorkload struct {
+	// Mode is Learned or Static.
+	Mode string
+	// CoveragePercent keeps the most common tasks covering this share of pods.
+	CoveragePercent int32
+	// HalfLifePods halves the weight of older observations every so many
+	// pods; 0 never forgets.
+	HalfLifePods int32
+	// Tasks is the workload for Static mode.
+	Tasks []WorkloadTask
+}
+
+// WorkloadTask is one typical pod and its relative frequency.
+type WorkloadTask struct {
+	CPUMilli int64
+	GPUMilli int32
+	GPUCount int32
+	Models   []string
+	Weight   int64
+}
+
+// LeastRequestedArgs configures LeastRequested.
+type LeastRequestedArgs struct {
+	metav1.TypeMeta
+
+	// Resources and their weights; cpu and memory with weight 1 by default.
+	Resources []ResourceWeight
+}
+
+// ResourceWeight is a resource name and its weight in the score.
+type ResourceWeight struct {
+	Name   string
+	Weight int64
+}
+
+// Mode values of TargetWorkload.
+const (
+	WorkloadLearned = "Learned"
+	WorkloadStatic  = "Static"
+)

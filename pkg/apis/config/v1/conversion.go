@@ -1,0 +1,122 @@
+package v1
+
+import (
+	"slices"
+
+	"k8s.io/apimachinery/pkg/conversion"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
+)
+
+func addConversionFuncs(s *runtime.Scheme) error {
+	if err := s.AddConversionFunc((*GPUFitArgs)(nil), (*config.GPUFitArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
+		Convert_v1_GPUFitArgs_To_config_GPUFitArgs(a.(*GPUFitArgs), b.(*config.GPUFitArgs))
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := s.AddConversionFunc((*config.GPUFitArgs)(nil), (*GPUFitArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
+		Convert_config_GPUFitArgs_To_v1_GPUFitArgs(a.(*config.GPUFitArgs), b.(*GPUFitArgs))
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := s.AddConversionFunc((*GPUScoreArgs)(nil), (*config.GPUScoreArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
+		Convert_v1_GPUScoreArgs_To_config_GPUScoreArgs(a.(*GPUScoreArgs), b.(*config.GPUScoreArgs))
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := s.AddConversionFunc((*config.GPUScoreArgs)(nil), (*GPUScoreArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
+		Convert_config_GPUScoreArgs_To_v1_GPUScoreArgs(a.(*config.GPUScoreArgs), b.(*GPUScoreArgs))
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := s.AddConversionFunc((*LeastRequestedArgs)(nil), (*config.LeastRequestedArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
+		in, out := a.(*LeastRequestedArgs), b.(*config.LeastRequestedArgs)
+		out.Resources = nil
+		for _, r := range in.Resources {
+			out.Resources = append(out.Resources, config.ResourceWeight{Name: r.Name, Weight: r.Weight})
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return s.AddConversionFunc((*config.LeastRequestedArgs)(nil), (*LeastRequestedArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
+		in, out := a.(*config.LeastRequestedArgs), b.(*LeastRequestedArgs)
+		out.Resources = nil
+		for _, r := range in.Resources {
+			out.Resources = append(out.Resources, ResourceWeight{Name: r.Name, Weight: r.Weight})
+		}
+		return nil
+	})
+}
+
+// Convert_v1_GPUFitArgs_To_config_GPUFitArgs converts defaulted v1 args.
+func Convert_v1_GPUFitArgs_To_config_GPUFitArgs(in *GPUFitArgs, out *config.GPUFitArgs) {
+	out.GPUResourceNames = slices.Clone(in.GPUResourceNames)
+	out.GPUProductLabel = ptr.Deref(in.GPUProductLabel, "")
+	out.GPUMemoryLabel = ptr.Deref(in.GPUMemoryLabel, "")
+	out.Requeue = config.RequeueArgs{}
+	if r := in.Requeue; r != nil {
+		out.Requeue = config.RequeueArgs{
+			Enabled:                 ptr.Deref(r.Enabled, false),
+			Workers:                 ptr.Deref(r.Workers, 0),
+			ResyncPeriodSeconds:     ptr.Deref(r.ResyncPeriodSeconds, 0),
+			BackoffBaseMilliseconds: ptr.Deref(r.BackoffBaseMilliseconds, 0),
+			BackoffMaxSeconds:       ptr.Deref(r.BackoffMaxSeconds, 0),
+			QueueingHints:           ptr.Deref(r.QueueingHints, false),
+			ExplainPending:          ptr.Deref(r.ExplainPending, false),
+		}
+	}
+}
+
+// Convert_config_GPUFitArgs_To_v1_GPUFitArgs converts internal args back.
+func Convert_config_GPUFitArgs_To_v1_GPUFitArgs(in *config.GPUFitArgs, out *GPUFitArgs) {
+	out.GPUResourceNames = slices.Clone(in.GPUResourceNames)
+	out.GPUProductLabel = ptr.To(in.GPUProductLabel)
+	out.GPUMemoryLabel = ptr.To(in.GPUMemoryLabel)
+	r := in.Requeue
+	out.Requeue = &RequeueArgs{
+		Enabled:                 ptr.To(r.Enabled),
+		Workers:                 ptr.To(r.Workers),
+		ResyncPeriodSeconds:     ptr.To(r.ResyncPeriodSeconds),
+		BackoffBaseMilliseconds: ptr.To(r.BackoffBaseMilliseconds),
+		BackoffMaxSeconds:       ptr.To(r.BackoffMaxSeconds),
+		QueueingHints:           ptr.To(r.QueueingHints),
+		ExplainPending:          ptr.To(r.ExplainPending),
+	}
+}
+
+// Convert_v1_GPUScoreArgs_To_config_GPUScoreArgs converts defaulted v1 args.
+func Convert_v1_GPUScoreArgs_To_config_GPUScoreArgs(in *GPUScoreArgs, out *config.GPUScoreArgs) {
+	out.Policy = ptr.Deref(in.Policy, "")
+	out.TargetWorkload = config.TargetWorkload{}
+	if w := in.TargetWorkload; w != nil {
+		out.TargetWorkload.Mode = ptr.Deref(w.Mode, "")
+		out.TargetWorkload.CoveragePercent = ptr.Deref(w.CoveragePercent, 0)
+		out.TargetWorkload.HalfLifePods = ptr.Deref(w.HalfLifePods, 0)
+		for _, t := range w.Tasks {
+			out.TargetWorkload.Tasks = append(out.TargetWorkload.Tasks, config.WorkloadTask{
+				CPUMilli: t.CPUMilli, GPUMilli: t.GPUMilli, GPUCount: t.GPUCount, Models: slices.Clone(t.Models), Weight: t.Weight})
+		}
+	}
+}
+
+// Convert_config_GPUScoreArgs_To_v1_GPUScoreArgs converts internal args back.
+func Convert_config_GPUScoreArgs_To_v1_GPUScoreArgs(in *config.GPUScoreArgs, out *GPUScoreArgs) {
+	out.Policy = ptr.To(in.Policy)
+	w := in.TargetWorkload
+	out.TargetWorkload = &TargetWorkload{
+		Mode:            ptr.To(w.Mode),
+		CoveragePercent: ptr.To(w.CoveragePercent),
+		HalfLifePods:    ptr.To(w.HalfLifePods),
+	}
+	for _, t := range w.Tasks {
+		out.TargetWorkload.Tasks = append(out.TargetWorkload.Tasks, WorkloadTask{
+			CPUMilli: t.CPUMilli, GPUMilli: t.GPUMilli, GPUCount: t.GPUCount, Models: slices.Clone(t.Models), Weight: t.Weight})
+	}
+}

@@ -1,0 +1,54 @@
+package v1
+
+import (
+	"slices"
+
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+// DeepCopyObject implements runtime.Object.
+func (in *GPUFitArgs) DeepCopyObject() runtime.Object {
+	if in == nil {
+		return nil
+	}
+	out := &GPUFitArgs{TypeMeta: in.TypeMeta, GPUResourceNames: slices.Clone(in.GPUResourceNames),
+		GPUProductLabel: clonePtr(in.GPUProductLabel), GPUMemoryLabel: clonePtr(in.GPUMemoryLabel)}
+	if r := in.Requeue; r != nil {
+		out.Requeue = &RequeueArgs{Enabled: clonePtr(r.Enabled), Workers: clonePtr(r.Workers),
+			ResyncPeriodSeconds: clonePtr(r.ResyncPeriodSeconds), BackoffBaseMilliseconds: clonePtr(r.BackoffBaseMilliseconds),
+			BackoffMaxSeconds: clonePtr(r.BackoffMaxSeconds), QueueingHints: clonePtr(r.QueueingHints), ExplainPending: clonePtr(r.ExplainPending)}
+	}
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (in *GPUScoreArgs) DeepCopyObject() runtime.Object {
+	if in == nil {
+		return nil
+	}
+	out := &GPUScoreArgs{TypeMeta: in.TypeMeta, Policy: clonePtr(in.Policy)}
+	if w := in.TargetWorkload; w != nil {
+		out.TargetWorkload = &TargetWorkload{Mode: clonePtr(w.Mode), CoveragePercent: clonePtr(w.CoveragePercent), HalfLifePods: clonePtr(w.HalfLifePods)}
+		for _, t := range w.Tasks {
+			t.Models = slices.Clone(t.Models)
+			out.TargetWorkload.Tasks = append(out.TargetWorkload.Tasks, t)
+		}
+	}
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (in *LeastRequestedArgs) DeepCopyObject() runtime.Object {
+	if in == nil {
+		return nil
+	}
+	return &LeastRequestedArgs{TypeMeta: in.TypeMeta, Resources: slices.Clone(in.Resources)}
+}

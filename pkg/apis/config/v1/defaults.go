@@ -1,0 +1,76 @@
+package v1
+
+import (
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+)
+
+// Defaults allocate fresh values each time: shared pointers or slices would
+// let one profile's args change another's.
+
+// SetDefaults_GPUFitArgs fills GPUFitArgs.
+func SetDefaults_GPUFitArgs(obj *GPUFitArgs) {
+	if len(obj.GPUResourceNames) == 0 {
+		obj.GPUResourceNames = []string{gpu.ResourceNvidiaGPU}
+	}
+	if obj.GPUProductLabel == nil {
+		obj.GPUProductLabel = ptr.To(gpu.LabelGPUProduct)
+	}
+	if obj.GPUMemoryLabel == nil {
+		obj.GPUMemoryLabel = ptr.To(gpu.LabelGPUMemory)
+	}
+	if obj.Requeue == nil {
+		obj.Requeue = &RequeueArgs{}
+	}
+	r := obj.Requeue
+	if r.Enabled == nil {
+		r.Enabled = ptr.To(true)
+	}
+	if r.Workers == nil {
+		r.Workers = ptr.To[int32](2)
+	}
+	if r.ResyncPeriodSeconds == nil {
+		r.ResyncPeriodSeconds = ptr.To[int32](30)
+	}
+	if r.BackoffBaseMilliseconds == nil {
+		r.BackoffBaseMilliseconds = ptr.To[int32](5)
+	}
+	if r.BackoffMaxSeconds == nil {
+		r.BackoffMaxSeconds = ptr.To[int32](1000)
+	}
+	if r.QueueingHints == nil {
+		r.QueueingHints = ptr.To(true)
+	}
+	if r.ExplainPending == nil {
+		r.ExplainPending = ptr.To(true)
+	}
+}
+
+// SetDefaults_GPUScoreArgs fills GPUScoreArgs.
+func SetDefaults_GPUScoreArgs(obj *GPUScoreArgs) {
+	if obj.Policy == nil {
+		obj.Policy = ptr.To(string(gpu.Fragmentation))
+	}
+	if obj.TargetWorkload == nil {
+		obj.TargetWorkload = &TargetWorkload{}
+	}
+	w := obj.TargetWorkload
+	if w.Mode == nil {
+		w.Mode = ptr.To("Learned")
+	}
+	if w.CoveragePercent == nil {
+		w.CoveragePercent = ptr.To[int32](95)
+	}
+	if w.HalfLifePods == nil {
+		w.HalfLifePods = ptr.To[int32](10000)
+	}
+}
+
+// SetDefaults_LeastRequestedArgs fills LeastRequestedArgs.
+func SetDefaults_LeastRequestedArgs(obj *LeastRequestedArgs) {
+	if len(obj.Resources) == 0 {
+		obj.Resources = []ResourceWeight{{Name: string(v1.ResourceCPU), Weight: 1}, {Name: string(v1.ResourceMemory), Weight: 1}}
+	}
+}

@@ -1,0 +1,92 @@
+// Package v1 holds the versioned args of our plugins, in
+// kubescheduler.config.k8s.io/v1 next to the scheduler's own. Each kind is
+// named <PluginName>Args, which is how the scheduler finds it.
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// GPUFitArgs configures GPUFit.
+type GPUFitArgs struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// GPUResourceNames are the extended resources that count as whole GPUs.
+	// Default: [nvidia.com/gpu].
+	GPUResourceNames []string `json:"gpuResourceNames,omitempty"`
+	// GPUProductLabel is the node label with the GPU model.
+	// Default: nvidia.com/gpu.product.
+	GPUProductLabel *string `json:"gpuProductLabel,omitempty"`
+	// GPUMemoryLabel is the node label with MiB per GPU.
+	// Default: nvidia.com/gpu.memory.
+	GPUMemoryLabel *string `json:"gpuMemoryLabel,omitempty"`
+	// Requeue configures the requeue reconciler.
+	Requeue *RequeueArgs `json:"requeue,omitempty"`
+}
+
+// RequeueArgs configures the reconcile-style requeue of unschedulable pods.
+type RequeueArgs struct {
+	// Enabled starts the reconciler. Default: true.
+	Enabled *bool `json:"enabled,omitempty"`
+	// Workers reconciling in parallel. Default: 2.
+	Workers *int32 `json:"workers,omitempty"`
+	// ResyncPeriodSeconds re-enqueues every unschedulable pod. Default: 30.
+	ResyncPeriodSeconds *int32 `json:"resyncPeriodSeconds,omitempty"`
+	// BackoffBaseMilliseconds is the first retry delay of a failed
+	// reconcile, doubled each time. Default: 5.
+	BackoffBaseMilliseconds *int32 `json:"backoffBaseMilliseconds,omitempty"`
+	// BackoffMaxSeconds caps the retry delay. Default: 1000.
+	BackoffMaxSeconds *int32 `json:"backoffMaxSeconds,omitempty"`
+	// QueueingHints enables the level-based queueing hints. Default: true.
+	QueueingHints *bool `json:"queueingHints,omitempty"`
+	// ExplainPending keeps a current reason on pending GPU pods. Default: true.
+	ExplainPending *bool `json:"explainPending,omitempty"`
+}
+
+// GPUScoreArgs configures GPUScore.
+type GPUScoreArgs struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// Policy is Fragmentation, BestFit, Packing or Spread.
+	// Default: Fragmentation.
+	Policy *string `json:"policy,omitempty"`
+	// TargetWorkload is what fragmentation is measured against.
+	TargetWorkload *TargetWorkload `json:"targetWorkload,omitempty"`
+}
+
+// TargetWorkload is learned from the pods seen, or given.
+type TargetWorkload struct {
+	// Mode is Learned or Static. Default: Learned.
+	Mode *string `json:"mode,omitempty"`
+	// CoveragePercent keeps the most common tasks covering this share of the
+	// pods seen. Default: 95.
+	CoveragePercent *int32 `json:"coveragePercent,omitempty"`
+	// HalfLifePods halves the weight of older observations every so many
+	// pods; 0 never forgets. Default: 10000.
+	HalfLifePods *int32 `json:"halfLifePods,omitempty"`
+	// Tasks is the workload in Static mode.
+	Tasks []WorkloadTask `json:"tasks,omitempty"`
+}
+
+// WorkloadTask is one typical pod and its relative frequency.
+type WorkloadTask struct {
+	CPUMilli int64    `json:"cpuMilli"`
+	GPUMilli int32    `json:"gpuMilli"`
+	GPUCount int32    `json:"gpuCount"`
+	Models   []string `json:"models,omitempty"`
+	Weight   int64    `json:"weight"`
+}
+
+// LeastRequestedArgs configures LeastRequested.
+type LeastRequestedArgs struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// Resources and their weights. Default: cpu and memory, weight 1.
+	Resources []ResourceWeight `json:"resources,omitempty"`
+}
+
+// ResourceWeight is a resource name and its weight.
+type ResourceWeight struct {
+	Name   string `json:"name"`
+	Weight int64  `json:"weight"`
+}

@@ -1,0 +1,141 @@
+// Package validation checks our plugins' args. The scheduler only validates
+// in-tree args when it loads a config, so each plugin calls these in New.
+package validation
+
+import (
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+)
+
+// ValidateGPUFitArgs validates GPUFitArgs.
+func ValidateGPUFitArgs(path *field.Path, args *config.GPUFitArgs) error {
+	var errs field.ErrorList
+	namesPath := path.Child("gpuResourceNames")
+	if len(args.GPUResourceNames) == 0 {
+		errs = append(errs, field.Required(namesPath, "at least one GPU resource name, such as nvidia.com/gpu"))
+	}
+	seen := sets.New[string]()
+	for i, n := range args.GPUResourceNames {
+		p := namesPath.Index(i)
+		if seen.Has(n) {
+			errs = append(errs, field.Duplicate(p, n))
+		}
+		seen.Insert(n)
+		if !strings.Contains(n, "/") || strings.Contains(n, "kubernetes.io/") {
+			errs = append(errs, field.Invalid(p, n, "must be an extended resource name with a domain, such as nvidia.com/gpu"))
+			continue
+		}
+		for _, msg := range validation.IsQualifiedName(n) {
+			errs = append(errs, field.Invalid(p, n, msg))
+		}
+	}
+	for _, l := range []struct {
+		name, value string
+	}{{"gpuProductLabel", args.GPUProductLabel}, {"gpuMemoryLabel", args.GPUMemoryLabel}} {
+		for _, msg := range validation.IsQualifiedName(l.value) {
+			errs = append(errs, field.Invalid(path.Child(l.name), l.value, msg))
+		}
+	}
+	r := args.Requeue
+	rp := path.Child("requeue")
+	if r.Workers < 1 || r.Workers > 64 {
+		errs = append(errs, field.Invalid(rp.Child("workers"), r.Workers, "must be from 1 to 64"))
+	}
+	if r.ResyncPeriodSeconds < 1 {
+		errs = append(errs, field.Invalid(rp.Child("resyncPeriodSeconds"), r.ResyncPeriodSeconds, "must be at least 1"))
+	}
+	if r.BackoffBaseMilliseconds < 1 {
+		errs = append(errs, field.Invalid(rp.Child("backoffBaseMilliseconds"), r.BackoffBaseMilliseconds, "must be at least 1"))
+	}
+	if r.BackoffMaxSeconds < 1 {
+		errs = append(errs, field.Invalid(rp.Child("backoffMaxSeconds"), r.BackoffMaxSeconds, "must be at least 1"))
+	} else if int64(r.BackoffMaxSeconds)*1000 < int64(r.BackoffBaseMilliseconds) {
+		errs = append(errs, field.Invalid(rp.Child("backoffMaxSeconds"), r.BackoffMaxSeconds, "must not be shorter than backoffBaseMilliseconds"))
+	}
+	return errs.ToAggregate()
+}
+
+// ValidateGPUScoreArgs validates GPUScoreArgs.
+func ValidateGPUScoreArgs(path *field.Path, args *config.GPUScoreArgs) error {
+	var errs field.ErrorList
+	if _, err := gpu.ParsePolicy(args.Policy); err != nil {
+		errs = append(errs, field.NotSupported(path.Child("policy"), args.Policy, policyNames()))
+	}
+	w := args.TargetWorkload
+	wp := path.Child("targetWorkload")
+	switch w.Mode {
+	case config.WorkloadLearned:
+		if len(w.Tasks) > 0 {
+			errs = append(errs, field.Forbidden(wp.Child("tasks"), "tasks are only used when mode is Static"))
+		}
+	case config.WorkloadStatic:
+		if len(w.Tasks) == 0 {
+			errs = append(errs, field.Required(wp.Child("tasks"), "mode Static needs at least one task"))
+		}
+	default:
+		errs = append(errs, field.NotSupported(wp.Child("mode"), w.Mode, []string{config.WorkloadLearned, config.WorkloadStatic}))
+	}
+	if w.CoveragePercent < 1 || w.CoveragePercent > 100 {
+		errs = append(errs, field.Invalid(wp.Child("coveragePercent"), w.CoveragePercent, "must be from 1 to 100"))
+	}
+	if w.HalfLifePods < 0 {
+		errs = append(errs, field.Invalid(wp.Child("halfLifePods"), w.HalfLifePods, "must not be negative (0 never forgets)"))
+	}
+	for i, t := range w.Tasks {
+		tp := wp.Child("tasks").Index(i)
+		switch {
+		case t.GPUMilli < 0 || t.GPUMilli > gpu.MilliPerGPU:
+			errs = append(errs, field.Invalid(tp.Child("gpuMilli"), t.GPUMilli, "must be from 0 (CPU-only) to 1000 (whole GPUs)"))
+		case t.GPUMilli == 0 && t.GPUCount != 0:
+			errs = append(errs, field.Invalid(tp.Child("gpuCount"), t.GPUCount, "must be 0 for a CPU-only task"))
+		case t.GPUMilli > 0 && t.GPUMilli < gpu.MilliPerGPU && t.GPUCount != 1:
+			errs = append(errs, field.Invalid(tp.Child("gpuCount"), t.GPUCount, "must be 1 for a shared GPU task"))
+		case t.GPUMilli == gpu.MilliPerGPU && (t.GPUCount < 1 || t.GPUCount > gpu.MaxDevices):
+			errs = append(errs, field.Invalid(tp.Child("gpuCount"), t.GPUCount, "must be from 1 to 32 for a whole-GPU task"))
+		}
+		if t.CPUMilli < 0 {
+			errs = append(errs, field.Invalid(tp.Child("cpuMilli"), t.CPUMilli, "must not be negative"))
+		}
+		if t.Weight < 1 {
+			errs = append(errs, field.Invalid(tp.Child("weight"), t.Weight, "must be at least 1"))
+		}
+	}
+	return errs.ToAggregate()
+}
+
+func policyNames() []string {
+	var out []string
+	for _, p := range gpu.Policies {
+		out = append(out, string(p))
+	}
+	return out
+}
+
+// ValidateLeastRequestedArgs validates LeastRequestedArgs.
+func ValidateLeastRequestedArgs(path *field.Path, args *config.LeastRequestedArgs) error {
+	var errs field.ErrorList
+	rp := path.Child("resources")
+	if len(args.Resources) == 0 {
+		errs = append(errs, field.Required(rp, "at least one resource"))
+	}
+	seen := sets.New[string]()
+	for i, r := range args.Resources {
+		p := rp.Index(i)
+		if r.Name == "" {
+			errs = append(errs, field.Required(p.Child("name"), ""))
+		} else if seen.Has(r.Name) {
+			errs = append(errs, field.Duplicate(p.Child("name"), r.Name))
+		}
+		seen.Insert(r.Name)
+		if r.Weight < 1 || r.Weight > 100 {
+			errs = append(errs, field.Invalid(p.Child("weight"), r.Weight, "must be from 1 to 100"))
+		}
+	}
+	return errs.ToAggregate()
+}

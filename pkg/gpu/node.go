@@ -1,0 +1,312 @@
+package gpu
+
+import (
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// NodeOptions say where a node's GPU inventory is read from.
+type NodeOptions struct {
+	ResourceNames []v1.ResourceName
+	ProductLabel  string
+	MemoryLabel   string
+}
+
+// DefaultNodeOptions reads nvidia.com/gpu and the GFD labels.
+var DefaultNodeOptions = NodeOptions{
+	ResourceNames: []v1.ResourceName{ResourceNvidiaGPU},
+	ProductLabel:  LabelGPUProduct,
+	MemoryLabel:   LabelGPUMemory,
+}
+
+// Inventory is what a node has: schedulable devices (allocatable), devices
+// that are installed but unhealthy (capacity minus allocatable), the model and
+// the memory per device.
+type Inventory struct {
+	Count     int32
+	Unhealthy int32
+	Model     string
+	ModelFold string
+	MemoryMiB int64
+}
+
+// ReadInventory reads a node's devices from its allocatable and GFD labels.
+func ReadInventory(node *v1.Node, opts NodeOptions) Inventory {
+	var inv Inventory
+	var capacity int64
+	var alloc int64
+	for _, name := range opts.ResourceNames {
+		if q, ok := node.Status.Allocatable[name]; ok {
+			alloc += q.Value()
+		}
+		if q, ok := node.Status.Capacity[name]; ok {
+			capacity += q.Value()
+		}
+	}
+	if capacity > alloc {
+		inv.Unhealthy = int32(min(capacity-alloc, MaxDevices))
+	}
+	inv.Count = int32(max(0, min(alloc, MaxDevices)))
+	inv.Model = node.Labels[opts.ProductLabel]
+	inv.ModelFold = strings.ToUpper(inv.Model)
+	inv.MemoryMiB = parseGPUMemoryLabel(node.Labels[opts.MemoryLabel])
+	return inv
+}
+
+// parseGPUMemoryLabel reads MiB per device. Some GFD versions wrote bytes;
+// nothing has a TiB per device yet, so anything that large is bytes.
+func parseGPUMemoryLabel(v string) int64 {
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	if n >= 1<<20 {
+		n >>= 20
+	}
+	return n
+}
+
+// Choice is a set of devices on one node, each taking Milli milli-GPU.
+type Choice struct {
+	Mask  uint32
+	Milli int32
+}
+
+// Empty reports whether no device is chosen.
+func (c Choice) Empty() bool { return c.Mask == 0 }
+
+// Devices returns the chosen indices in ascending order.
+func (c Choice) Devices() []int {
+	var out []int
+	for i := 0; i < MaxDevices; i++ {
+		if c.Mask&(1<<uint(i)) != 0 {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// Share is one device's part of an assignment.
+type Share struct {
+	Index int
+	Milli int32
+}
+
+// Assignment is the decision written on a pod: its node and, per device, how
+// much it takes. It is self-contained, so that accounting can be rebuilt from
+// the pods alone after a restart.
+type Assignment struct {
+	Node   string
+	Shares []Share
+}
+
+// NewAssignment turns a choice into an assignment.
+func NewAssignment(node string, c Choice) Assignment {
+	a := Assignment{Node: node}
+	for _, i := range c.Devices() {
+		a.Shares = append(a.Shares, Share{Index: i, Milli: c.Milli})
+	}
+	return a
+}
+
+// String renders "<node>:<index>=<milli>[,<index>=<milli>...]".
+func (a Assignment) String() string {
+	var b strings.Builder
+	b.WriteString(a.Node)
+	b.WriteByte(':')
+	for i, s := range a.Shares {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(s.Index))
+		b.WriteByte('=')
+		b.WriteString(strconv.Itoa(int(s.Milli)))
+	}
+	return b.String()
+}
+
+// ParseAssignment reads the assignment annotation. It rejects anything that
+// String would not produce, so that a corrupt annotation is never half-read.
+func ParseAssignment(v string) (Assignment, error) {
+	invalid := func(rule string) (Assignment, error) {
+		return Assignment{}, &InvalidError{Key: AnnotationAssignment, Value: v, Rule: rule}
+	}
+	colon := strings.LastIndexByte(v, ':')
+	if colon <= 0 || colon == len(v)-1 {
+		return invalid("must be <node>:<index>=<milli>[,<index>=<milli>...]")
+	}
+	a := Assignment{Node: v[:colon]}
+	var seen uint64
+	for _, part := range strings.Split(v[colon+1:], ",") {
+		eq := strings.IndexByte(part, '=')
+		if eq <= 0 {
+			return invalid("each device must be <index>=<milli>")
+		}
+		idx, err := strconv.Atoi(part[:eq])
+		if err != nil || idx < 0 || idx >= 64 || part[:eq] != strconv.Itoa(idx) {
+			return invalid("device index must be an integer from 0 to 63")
+		}
+		if seen&(1<<uint(idx)) != 0 {
+			return invalid("device " + strconv.Itoa(idx) + " is listed twice")
+		}
+		seen |= 1 << uint(idx)
+		m, err := strconv.Atoi(part[eq+1:])
+		if err != nil || m < 1 || m > MilliPerGPU || part[eq+1:] != strconv.Itoa(m) {
+			return invalid("milli-GPU per device must be an integer from 1 to 1000")
+		}
+		a.Shares = append(a.Shares, Share{Index: idx, Milli: int32(m)})
+	}
+	return a, nil
+}
+
+// Outcome is the verdict of Fit. Each non-fitting outcome has one constant
+// reason in the plugins.
+type Outcome uint8
+
+const (
+	Fits Outcome = iota
+	NoGPU
+	ModelNotAllowed
+	MemoryUnknown
+	ShareTooLarge
+	TooFewDevices
+	TooFewFreeDevices
+	NoDeviceWithShare
+)
+
+// Unresolvable reports whether removing pods from the node could never help.
+func (o Outcome) Unresolvable() bool {
+	return o != Fits && o != TooFewFreeDevices && o != NoDeviceWithShare
+}
+
+// NodeState is a node's inventory and the milli-GPU left on each device, after
+// the pods bound to it and the scheduler's in-flight reservations. It is
+// immutable once built; CPUFree is carried for fragmentation.
+type NodeState struct {
+	Name string
+	Inventory
+	Free    [MaxDevices]int32
+	CPUFree int64
+	// Overcommitted is true when the pods on the node claim more of some
+	// device than it has (an outside actor, or a device that went away).
+	Overcommitted bool
+
+	key  stateKey
+	frag fragSlot
+}
+
+// NewNodeState starts a node with every device free.
+func NewNodeState(name string, inv Inventory, cpuFree int64) *NodeState {
+	s := &NodeState{Name: name, Inventory: inv, CPUFree: cpuFree}
+	for i := int32(0); i < inv.Count; i++ {
+		s.Free[i] = MilliPerGPU
+	}
+	return s
+}
+
+// Idle is the total milli-GPU left on the node.
+func (s *NodeState) Idle() int64 {
+	var l int64
+	for i := int32(0); i < s.Count; i++ {
+		l += int64(s.Free[i])
+	}
+	return l
+}
+
+// FullyFree counts the devices nobody uses.
+func (s *NodeState) FullyFree() int32 {
+	var n int32
+	for i := int32(0); i < s.Count; i++ {
+		if s.Free[i] == MilliPerGPU {
+			n++
+		}
+	}
+	return n
+}
+
+// take subtracts a share; devices beyond the inventory are unhealthy or gone
+// and need no accounting.
+func (s *NodeState) take(idx int, milli int32) {
+	if idx < 0 || idx >= int(s.Count) {
+		return
+	}
+	s.Free[idx] -= milli
+	if s.Free[idx] < 0 {
+		s.Overcommitted = true
+		s.Free[idx] = 0
+	}
+}
+
+// TakeChoice applies a choice.
+func (s *NodeState) TakeChoice(c Choice) {
+	for i := 0; i < int(s.Count); i++ {
+		if c.Mask&(1<<uint(i)) != 0 {
+			s.take(i, c.Milli)
+		}
+	}
+}
+
+// TakeAssignment applies an assignment that names this node.
+func (s *NodeState) TakeAssignment(a Assignment) {
+	for _, sh := range a.Shares {
+		s.take(sh.Index, sh.Milli)
+	}
+}
+
+// takeUnknown accounts for a GPU pod that carries no assignment (bound by
+// someone else): we cannot know its devices, so we take the highest-indexed
+// ones that have room, keeping the low indices, which our own choices prefer,
+// consistent.
+func (s *NodeState) takeUnknown(devices int32, milli int32) {
+	for i := int(s.Count) - 1; i >= 0 && devices > 0; i-- {
+		if s.Free[i] >= milli {
+			s.take(i, milli)
+			devices--
+		}
+	}
+	if devices > 0 {
+		s.Overcommitted = true
+	}
+}
+
+// Fit decides whether the request fits the node, without allocating. It
+// returns the devices and milli per device the request would take here.
+func (s *NodeState) Fit(r *Request) (Outcome, int32, int32) {
+	if !r.HasGPU() {
+		return Fits, 0, 0
+	}
+	if s.Count == 0 {
+		return NoGPU, 0, 0
+	}
+	if !r.Models.Empty() && !r.Models.Matches(s.Model, s.ModelFold) {
+		return ModelNotAllowed, 0, 0
+	}
+	devices, milli, ok := r.PerDevice(s.MemoryMiB)
+	if !ok {
+		return MemoryUnknown, 0, 0
+	}
+	if milli > MilliPerGPU {
+		return ShareTooLarge, 0, 0
+	}
+	if devices > s.Count {
+		return TooFewDevices, 0, 0
+	}
+	var n int32
+	for i := int32(0); i < s.Count; i++ {
+		if s.Free[i] >= milli {
+			n++
+		}
+	}
+	if n >= devices {
+		return Fits, devices, milli
+	}
+	if devices > 1 || milli == MilliPerGPU {
+		return TooFewFreeDevices, devices, milli
+	}
+	return NoDeviceWithShare, devices, milli
+}

@@ -1,0 +1,500 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"math/rand"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func node(name string, alloc, capacity int64, labels map[string]string) *v1.Node {
+	return &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Status: v1.NodeStatus{
+			Allocatable: v1.ResourceList{ResourceNvidiaGPU: *resource.NewQuantity(alloc, resource.DecimalSI)},
+			Capacity:    v1.ResourceList{ResourceNvidiaGPU: *resource.NewQuantity(capacity, resource.DecimalSI)},
+		},
+	}
+}
+
+func TestReadInventory(t *testing.T) {
+	tests := map[string]struct {
+		node *v1.Node
+		want Inventory
+	}{
+		"gfd labels": {node(
+			"n", 8, 8, map[string]string{LabelGPUProduct: "NVIDIA-A100-SXM4-80GB", LabelGPUMemory: "81920"}),
+			Inventory{Count: 8, Model: "NVIDIA-A100-SXM4-80GB", ModelFold: "NVIDIA-A100-SXM4-80GB", MemoryMiB: 81920}},
+		"unhealthy devices":  {node("n", 6, 8, nil), Inventory{Count: 6, Unhealthy: 2}},
+		"memory in bytes":    {node("n", 1, 1, map[string]string{LabelGPUMemory: "85899345920"}), Inventory{Count: 1, MemoryMiB: 81920}},
+		"memory not numeric": {node("n", 1, 1, map[string]string{LabelGPUMemory: "80G"}), Inventory{Count: 1}},
+		"no gpu":             {&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu"}}, Inventory{}},
+		"too many":           {node("n", 100, 100, nil), Inventory{Count: MaxDevices}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, ReadInventory(tc.node, DefaultNodeOptions)); diff != "" {
+				t.Errorf("(-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestAssignmentRoundTrip(t *testing.T) {
+	a := NewAssignment("gpu-node-3", Choice{Mask: 0b1010, Milli: 1000})
+	if got := a.String(); got != "gpu-node-3:1=1000,3=1000" {
+		t.Fatalf("String: %q", got)
+	}
+	b, err := ParseAssignment(a.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(a, b); diff != "" {
+		t.Errorf("(-want,+got):\n%s", diff)
+	}
+	for _, bad := range []string{"", "node", "node:", ":0=10", "n:0", "n:a=10", "n:0=0", "n:0=1001", "n:0=10,0=10", "n:-1=10", "n:01=10", "n:0=+5", "n:64=1"} {
+		if _, err := ParseAssignment(bad); err == nil {
+			t.Errorf("ParseAssignment(%q): want error", bad)
+		}
+	}
+}
+
+func FuzzParseAssignment(f *testing.F) {
+	for _, s := range []string{"n:0=1000", "gpu-node-3:1=500,2=250", "a.b.c:7=1", "x:0=10,0=10", "::", "n:1=1000,"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := ParseAssignment(s)
+		if err != nil {
+			var inv *InvalidError
+			if !errors.As(err, &inv) || inv.Key != AnnotationAssignment {
+				t.Fatalf("error is not keyed: %v", err)
+			}
+			return
+		}
+		// Whatever parses renders back to itself: no half-read annotations.
+		if a.String() != s {
+			t.Fatalf("round trip: %q -> %q", s, a.String())
+		}
+		for _, sh := range a.Shares {
+			if sh.Milli < 1 || sh.Milli > MilliPerGPU || sh.Index < 0 {
+				t.Fatalf("out of range share %+v", sh)
+			}
+		}
+	})
+}
+
+func state(free ...int32) *NodeState {
+	s := NewNodeState("n", Inventory{Count: int32(len(free))}, 64000)
+	copy(s.Free[:], free)
+	return s
+}
+
+func TestFit(t *testing.T) {
+	tests := map[string]struct {
+		st           *NodeState
+		req          Request
+		want         Outcome
+		unresolvable bool
+	}{
+		"cpu only anywhere":      {state(), Request{CPU: 1}, Fits, false},
+		"no gpu":                 {state(), Request{Count: 1}, NoGPU, true},
+		"share fits one device":  {state(1000, 400), Request{Milli: 500}, Fits, false},
+		"share needs one device": {state(400, 400), Request{Milli: 500}, NoDeviceWithShare, false},
+		"share exact":            {state(0, 500), Request{Milli: 500}, Fits, false},
+		"two whole free":         {state(1000, 0, 1000), Request{Count: 2}, Fits, false},
+		"two whole, one free":    {state(1000, 999, 0), Request{Count: 2}, TooFewFreeDevices, false},
+		"one whole, partly used": {state(999), Request{Count: 1}, TooFewFreeDevices, false},
+		"more than the node":     {state(1000, 1000), Request{Count: 4}, TooFewDevices, true},
+		"model mismatch": {&NodeState{Inventory: Inventory{Count: 1, Model: "T4", ModelFold: "T4"}, Free: [MaxDevices]int32{1000}},
+			Request{Count: 1, Models: ModelSelector{Exact: []string{"A100"}}}, ModelNotAllowed, true},
+		"memory unknown":   {state(1000), Request{MemoryMiB: 1024}, MemoryUnknown, true},
+		"memory too large": {&NodeState{Inventory: Inventory{Count: 1, MemoryMiB: 16384}, Free: [MaxDevices]int32{1000}}, Request{MemoryMiB: 20000}, ShareTooLarge, true},
+		"memory fits": {&NodeState{Inventory: Inventory{Count: 2, MemoryMiB: 16384}, Free: [MaxDevices]int32{100, 600}},
+			Request{MemoryMiB: 8192}, Fits, false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, _, _ := tc.st.Fit(&tc.req)
+			if got != tc.want {
+				t.Errorf("want %v, got %v", tc.want, got)
+			}
+			if got.Unresolvable() != tc.unresolvable {
+				t.Errorf("unresolvable: want %v", tc.unresolvable)
+			}
+		})
+	}
+}
+
+func gpuPod(name string, uid types.UID, gpus int64, ann map[string]string) *v1.Pod {
+	p := pod(ann, gpus, "")
+	p.Name, p.UID = name, uid
+	return p
+}
+
+func TestTrackerBuild(t *testing.T) {
+	n := node("n1", 4, 4, nil)
+	tr := NewTracker(DefaultNodeOptions)
+	pods := []*v1.Pod{
+		// Annotated: devices 0 and 1, whole.
+		gpuPod("a", "a", 2, map[string]string{AnnotationAssignment: "n1:0=1000,1=1000"}),
+		// Shared, annotated on device 2.
+		gpuPod("b", "b", 0, map[string]string{AnnotationMilli: "300", AnnotationAssignment: "n1:2=300"}),
+		// An annotation for another node is stale (a failed bind elsewhere) and is
+		// ignored; the pod is then unknown: one whole GPU from the top.
+		gpuPod("c", "c", 1, map[string]string{AnnotationAssignment: "n9:0=1000"}),
+	}
+	st := tr.Build(n, 7, pods, 1000)
+	want := [MaxDevices]int32{0, 0, 700, 0}
+	if st.Free != want {
+		t.Fatalf("free: want %v, got %v", want[:4], st.Free[:4])
+	}
+	if got := tr.Lookup("n1", 7); got != st {
+		t.Errorf("lookup at the same generation must hit")
+	}
+	if got := tr.Lookup("n1", 8); got != nil {
+		t.Errorf("lookup at a new generation must miss")
+	}
+
+	// A reservation for a pod not yet in the node's view counts; a change of
+	// reservations invalidates the cache.
+	tr.Reserve("n1", "d", Reservation{Name: "d", Choice: Choice{Mask: 1 << 2, Milli: 500}})
+	if tr.Lookup("n1", 7) != nil {
+		t.Fatalf("reserve must invalidate")
+	}
+	st = tr.Build(n, 7, pods, 1000)
+	if st.Free[2] != 200 {
+		t.Errorf("reservation not counted: %v", st.Free[:4])
+	}
+	// Once the pod shows up with its annotation, the annotation counts and the
+	// reservation is dropped (never both).
+	d := gpuPod("d", "d", 0, map[string]string{AnnotationMilli: "500", AnnotationAssignment: "n1:2=500"})
+	st = tr.Build(n, 9, append(pods, d), 1000)
+	if st.Free[2] != 200 {
+		t.Errorf("double counted or lost: %v", st.Free[:4])
+	}
+	if _, _, ok := tr.Reserved("d"); ok {
+		t.Errorf("reservation should be dropped once the annotation is seen")
+	}
+	if tr.Unreserve("d") {
+		t.Errorf("second unreserve must be a no-op")
+	}
+}
+
+func TestTrackerOvercommit(t *testing.T) {
+	n := node("n1", 1, 1, nil)
+	tr := NewTracker(DefaultNodeOptions)
+	st := tr.Build(n, 1, []*v1.Pod{
+		gpuPod("a", "a", 0, map[string]string{AnnotationMilli: "700", AnnotationAssignment: "n1:0=700"}),
+		gpuPod("b", "b", 0, map[string]string{AnnotationMilli: "700", AnnotationAssignment: "n1:0=700"}),
+	}, 0)
+	if !st.Overcommitted || st.Free[0] != 0 {
+		t.Errorf("want overcommitted with nothing free, got %+v", st.Free[:1])
+	}
+}
+
+// Reserve and Unreserve from many goroutines while states are built: every
+// built state must equal the devices minus exactly the reservations present.
+func TestTrackerConcurrent(t *testing.T) {
+	n := node("n1", 8, 8, nil)
+	tr := NewTracker(DefaultNodeOptions)
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			uid := types.UID(fmt.Sprintf("pod-%d", g))
+			for i := 0; i < 500; i++ {
+				tr.Reserve("n1", uid, Reservation{Choice: Choice{Mask: 1 << uint(g), Milli: 100}})
+				tr.Reserve("n1", uid, Reservation{Choice: Choice{Mask: 1 << uint(g), Milli: 100}}) // idempotent
+				if i%3 == 0 {
+					tr.Unreserve(uid)
+					tr.Unreserve(uid)
+				}
+			}
+		}(g)
+	}
+	stop := make(chan struct{})
+	errs := make(chan string, 1)
+	go func() {
+		for gen := int64(0); ; gen++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			st := tr.Build(n, gen, nil, 0)
+			for i := 0; i < 8; i++ {
+				if st.Free[i] != 1000 && st.Free[i] != 900 {
+					select {
+					case errs <- fmt.Sprintf("device %d free %d", i, st.Free[i]):
+					default:
+					}
+				}
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	select {
+	case e := <-errs:
+		t.Fatal(e)
+	default:
+	}
+	st := tr.Build(n, -1, nil, 0)
+	res := tr.Reservations()
+	if got := int64(8000) - st.Idle(); got != int64(len(res))*100 {
+		t.Errorf("used %d milli, but %d reservations", got, len(res))
+	}
+	for _, r := range res {
+		tr.Unreserve(r.UID)
+	}
+	if st := tr.Build(n, -2, nil, 0); st.Idle() != 8000 || len(tr.Reservations()) != 0 {
+		t.Errorf("leftover after unreserving all: idle %d", st.Idle())
+	}
+}
+
+func TestFragHandWorked(t *testing.T) {
+	wl, err := NewWorkload([]Task{
+		{CPU: 1000, Milli: 500, Count: 1, Weight: 2},
+		{CPU: 0, Milli: 0, Count: 0, Weight: 1},
+		{CPU: 1000, Milli: 1000, Count: 1, Weight: 1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := state(1000, 300)
+	// L = 1300. The 500-task and the whole task fit and see 300 (device 1) as
+	// fragment; the CPU-only task sees all 1300. 0.5*300+0.25*1300+0.25*300.
+	if got := wl.Frag(s); got != 550 {
+		t.Errorf("F: want 550, got %v", got)
+	}
+	s2 := state(1000, 300)
+	s2.CPUFree = 500 // neither GPU task fits any more: everything is fragment
+	if got := wl.Frag(s2); got != 1300 {
+		t.Errorf("F with no CPU: want 1300, got %v", got)
+	}
+	typed, _ := NewWorkload([]Task{{Milli: 1000, Count: 1, Weight: 1, Models: ModelSelector{Exact: []string{"A100"}}}})
+	s3 := &NodeState{Inventory: Inventory{Count: 2, Model: "T4", ModelFold: "T4"}, Free: [MaxDevices]int32{1000, 1000}, CPUFree: 1}
+	if got := typed.Frag(s3); got != 2000 {
+		t.Errorf("F for a model the task cannot use: want 2000, got %v", got)
+	}
+}
+
+// The allocation-free frag must agree with the definition on random nodes.
+func TestFragMatchesDefinition(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	var tasks []Task
+	for i := 0; i < 40; i++ {
+		m := int32(rng.Intn(1001))
+		c := int32(1)
+		if m == MilliPerGPU {
+			c = int32(1 << uint(rng.Intn(4)))
+		}
+		if m == 0 {
+			c = 0
+		}
+		tasks = append(tasks, Task{CPU: int64(rng.Intn(16000)), Milli: m, Count: c, Weight: rng.Float64()})
+	}
+	wl, err := NewWorkload(tasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for trial := 0; trial < 500; trial++ {
+		n := 1 + rng.Intn(8)
+		s := NewNodeState("n", Inventory{Count: int32(n)}, int64(rng.Intn(20000)))
+		for i := 0; i < n; i++ {
+			s.Free[i] = int32(rng.Intn(1001))
+		}
+		var want, idle float64
+		for i := 0; i < n; i++ {
+			idle += float64(s.Free[i])
+		}
+		for _, tk := range wl.Tasks() {
+			if tk.Milli == 0 {
+				want += tk.Weight * idle
+				continue
+			}
+			var ge int32
+			var small float64
+			for i := 0; i < n; i++ {
+				if s.Free[i] >= tk.Milli {
+					ge++
+				} else {
+					small += float64(s.Free[i])
+				}
+			}
+			if ge >= tk.Count && s.CPUFree >= tk.CPU {
+				want += tk.Weight * small
+			} else {
+				want += tk.Weight * idle
+			}
+		}
+		if idle == 0 {
+			want = 0
+		}
+		if got := wl.Frag(s); abs(got-want) > 1e-6 {
+			t.Fatalf("trial %d: free %v cpu %d: want %v, got %v", trial, s.Free[:n], s.CPUFree, want, got)
+		}
+	}
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func TestEvaluateDeviceChoice(t *testing.T) {
+	wl, _ := NewWorkload([]Task{{Milli: 500, Count: 1, Weight: 1}})
+	tests := map[string]struct {
+		policy Policy
+		free   []int32
+		req    Request
+		want   Choice
+	}{
+		"whole takes lowest free": {BestFit, []int32{300, 1000, 1000, 1000}, Request{Count: 2}, Choice{Mask: 0b0110, Milli: 1000}},
+		"best fit tightest":       {BestFit, []int32{1000, 600, 450, 800}, Request{Milli: 400}, Choice{Mask: 0b0100, Milli: 400}},
+		"packing tightest":        {Packing, []int32{1000, 600, 450}, Request{Milli: 400}, Choice{Mask: 0b0100, Milli: 400}},
+		"spread most free":        {Spread, []int32{600, 1000, 450}, Request{Milli: 400}, Choice{Mask: 0b0010, Milli: 400}},
+		"spread tie lowest":       {Spread, []int32{1000, 1000}, Request{Milli: 400}, Choice{Mask: 0b0001, Milli: 400}},
+		// Typical task wants 500. Putting 300 on the 800 device leaves 500 for
+		// it (no new fragment); on the 1000 device it would leave 700 and 800,
+		// also fine; on the 600 device it strands 300. Both 800 and 1000 keep F
+		// unchanged vs the 600 device; ties go to the tighter device.
+		"fragmentation": {Fragmentation, []int32{1000, 600, 800}, Request{Milli: 300}, Choice{Mask: 0b0100, Milli: 300}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, _, ok := Evaluate(tc.policy, state(tc.free...), &tc.req, wl)
+			if !ok {
+				t.Fatal("does not fit")
+			}
+			if got != tc.want {
+				t.Errorf("want %b/%d, got %b/%d", tc.want.Mask, tc.want.Milli, got.Mask, got.Milli)
+			}
+		})
+	}
+}
+
+func TestEvaluateNodeOrder(t *testing.T) {
+	wl, _ := NewWorkload([]Task{{Milli: 1000, Count: 2, Weight: 1}, {Milli: 500, Count: 1, Weight: 1}})
+	score := func(p Policy, r Request, free ...int32) int64 {
+		_, s, ok := Evaluate(p, state(free...), &r, wl)
+		if !ok {
+			t.Fatalf("%v %v does not fit %v", p, r, free)
+		}
+		return s
+	}
+	share := Request{Milli: 500}
+	// Fragmentation: a 500 share on a half-used device leaves the other two
+	// devices for the 2-GPU task; on an idle node it breaks a pair.
+	if a, b := score(Fragmentation, share, 500, 1000, 1000), score(Fragmentation, share, 1000, 1000); a <= b {
+		t.Errorf("fragmentation should prefer completing a used device: %d <= %d", a, b)
+	}
+	// Packing prefers a used GPU, then a used node, then the smallest idle node.
+	if a, b := score(Packing, share, 600), score(Packing, share, 1000, 0); a <= b {
+		t.Errorf("packing: used GPU first")
+	}
+	if a, b := score(Packing, share, 1000, 0), score(Packing, share, 1000); a <= b {
+		t.Errorf("packing: used node before idle node")
+	}
+	if a, b := score(Packing, share, 1000), score(Packing, share, 1000, 1000, 1000, 1000); a <= b {
+		t.Errorf("packing: smaller idle node first")
+	}
+	// Spread prefers the emptier node.
+	if a, b := score(Spread, share, 1000, 1000), score(Spread, share, 1000, 200); a <= b {
+		t.Errorf("spread: emptier node first")
+	}
+	// Best fit prefers the node that leaves less behind.
+	if a, b := score(BestFit, share, 500), score(BestFit, share, 1000); a <= b {
+		t.Errorf("best fit: tighter node first")
+	}
+	// CPU-only pods: a node without GPUs beats any GPU node, and a GPU node
+	// with less idle GPU beats one with more, for every policy.
+	for _, p := range Policies {
+		cpu := Request{CPU: 1000}
+		none, busy, idle := score(p, cpu), score(p, cpu, 0, 100), score(p, cpu, 1000, 1000)
+		if !(none >= busy && busy > idle) {
+			t.Errorf("%s: cpu-only order wrong: none %d busy %d idle %d", p, none, busy, idle)
+		}
+	}
+}
+
+func TestLearner(t *testing.T) {
+	l := NewLearner(0.95, 0)
+	if l.Workload() != nil {
+		t.Fatal("no workload before any pod")
+	}
+	share := Request{Milli: 500, CPU: 1000}
+	whole := Request{Count: 1, CPU: 2000}
+	for i := 0; i < 90; i++ {
+		l.Observe(fmt.Sprintf("s%d", i), &share)
+	}
+	for i := 0; i < 10; i++ {
+		l.Observe(fmt.Sprintf("w%d", i), &whole)
+		l.Observe(fmt.Sprintf("w%d", i), &whole) // a retry is not a new pod
+	}
+	l.Observe("m", &Request{MemoryMiB: 100}) // no node-independent size: ignored
+	tasks := l.Workload().Tasks()
+	if len(tasks) != 2 {
+		t.Fatalf("want 2 tasks, got %+v", tasks)
+	}
+	got := map[int32]float64{}
+	for _, tk := range tasks {
+		got[tk.Milli] = tk.Weight
+	}
+	if abs(got[500]-0.9) > 1e-9 || abs(got[1000]-0.1) > 1e-9 {
+		t.Errorf("weights: %v", got)
+	}
+
+	// With decay, a new mix takes over.
+	d := NewLearner(0.95, 100)
+	for i := 0; i < 1000; i++ {
+		d.Observe(fmt.Sprintf("a%d", i), &share)
+	}
+	for i := 0; i < 1000; i++ {
+		d.Observe(fmt.Sprintf("b%d", i), &whole)
+	}
+	for _, tk := range d.Workload().Tasks() {
+		if tk.Milli == 500 {
+			t.Errorf("old task should have decayed out: %+v", d.Workload().Tasks())
+		}
+	}
+}
+
+func TestTypicalTasks(t *testing.T) {
+	var reqs []Request
+	add := func(n int, r Request) {
+		for i := 0; i < n; i++ {
+			reqs = append(reqs, r)
+		}
+	}
+	add(50, Request{Milli: 500, CPU: 1})
+	add(30, Request{Count: 1, CPU: 2})
+	add(16, Request{CPU: 3})
+	add(2, Request{Count: 8, CPU: 4})
+	add(2, Request{Count: 4, CPU: 5})
+	tasks := TypicalTasks(reqs, 0.95)
+	// 50+30+16 = 96% >= 95%: three keys.
+	if len(tasks) != 3 || tasks[0].Milli != 500 || tasks[2].Milli != 0 {
+		t.Errorf("got %+v", tasks)
+	}
+	// Equal counts: the larger key first.
+	tasks = TypicalTasks([]Request{{CPU: 1, Count: 1}, {CPU: 2, Count: 1}}, 0.5)
+	if len(tasks) != 1 || tasks[0].CPU != 2 {
+		t.Errorf("tie order: %+v", tasks)
+	}
+	if !strings.Contains(fmt.Sprint(tasks), "2") {
+		t.Fail()
+	}
+}

@@ -1,0 +1,349 @@
+package gpu
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Request is what one pod asks of the GPUs of a single node: either Count
+// whole devices, or a share of one device (Milli, or MemoryMiB converted per
+// node), restricted to the models Models allows. CPU is the pod's CPU request,
+// which fragmentation needs.
+type Request struct {
+	Count     int32
+	Milli     int32
+	MemoryMiB int64
+	Models    ModelSelector
+	CPU       int64
+}
+
+// HasGPU reports whether the pod uses any GPU.
+func (r *Request) HasGPU() bool { return r.Count > 0 || r.Milli > 0 || r.MemoryMiB > 0 }
+
+// Shared reports whether the pod asks for a share of one device.
+func (r *Request) Shared() bool { return r.Milli > 0 || r.MemoryMiB > 0 }
+
+// PerDevice returns how many devices the request takes on a node and how much
+// of each, given the node's per-device memory. ok is false when a memory
+// request meets a node that does not report its GPU memory.
+func (r *Request) PerDevice(nodeMemoryMiB int64) (devices int32, milli int32, ok bool) {
+	switch {
+	case r.Count > 0:
+		return r.Count, MilliPerGPU, true
+	case r.Milli > 0:
+		return 1, r.Milli, true
+	case r.MemoryMiB > 0:
+		if nodeMemoryMiB <= 0 {
+			return 1, 0, false
+		}
+		m := (r.MemoryMiB*MilliPerGPU + nodeMemoryMiB - 1) / nodeMemoryMiB
+		if m > MilliPerGPU {
+			// Larger than a device: report it as such, Fit rejects it.
+			m = MilliPerGPU + 1
+		}
+		return 1, int32(m), true
+	}
+	return 0, 0, true
+}
+
+// TotalMilli is the request in milli-GPU where it does not depend on the node.
+func (r *Request) TotalMilli() int64 {
+	if r.Count > 0 {
+		return int64(r.Count) * MilliPerGPU
+	}
+	return int64(r.Milli)
+}
+
+// ModelSelector restricts the GPU model. An empty selector allows any model.
+type ModelSelector struct {
+	// Exact product names, as in the node's product label.
+	Exact []string
+	// Include and Exclude are upper-cased substrings (HAMi semantics).
+	Include []string
+	Exclude []string
+}
+
+// Empty reports whether the selector allows every model.
+func (s *ModelSelector) Empty() bool {
+	return len(s.Exact) == 0 && len(s.Include) == 0 && len(s.Exclude) == 0
+}
+
+// Matches reports whether a node's model is allowed. modelFold is the model
+// upper-cased, computed once per node so that this does not allocate.
+func (s *ModelSelector) Matches(model, modelFold string) bool {
+	if len(s.Exact) > 0 {
+		found := false
+		for _, m := range s.Exact {
+			if m == model {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	if len(s.Include) > 0 {
+		found := false
+		for _, sub := range s.Include {
+			if modelFold != "" && strings.Contains(modelFold, sub) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	for _, sub := range s.Exclude {
+		if modelFold != "" && strings.Contains(modelFold, sub) {
+			return false
+		}
+	}
+	return true
+}
+
+// String renders the selector for messages and workload keys.
+func (s *ModelSelector) String() string {
+	var parts []string
+	if len(s.Exact) > 0 {
+		parts = append(parts, strings.Join(s.Exact, "|"))
+	}
+	if len(s.Include) > 0 {
+		parts = append(parts, "~"+strings.Join(s.Include, ","))
+	}
+	if len(s.Exclude) > 0 {
+		parts = append(parts, "!"+strings.Join(s.Exclude, ","))
+	}
+	return strings.Join(parts, ";")
+}
+
+// InvalidError says which annotation is wrong and which rule it broke. The
+// plugins turn it into UnschedulableAndUnresolvable.
+type InvalidError struct {
+	Key   string
+	Value string
+	Rule  string
+}
+
+func (e *InvalidError) Error() string {
+	return fmt.Sprintf("invalid annotation %s=%q: %s", e.Key, e.Value, e.Rule)
+}
+
+// RequestOptions name the extended resources that count as whole GPUs.
+type RequestOptions struct {
+	ResourceNames []v1.ResourceName
+}
+
+// DefaultRequestOptions uses nvidia.com/gpu.
+var DefaultRequestOptions = RequestOptions{ResourceNames: []v1.ResourceName{ResourceNvidiaGPU}}
+
+// ParseRequest reads a pod's GPU request. Invalid input returns an
+// *InvalidError; it is never ignored.
+func ParseRequest(pod *v1.Pod, opts RequestOptions) (Request, error) {
+	var r Request
+	r.CPU = podRequest(pod, v1.ResourceCPU, true)
+	var whole int64
+	var wholeName v1.ResourceName
+	for _, name := range opts.ResourceNames {
+		if n := podRequest(pod, name, false); n > 0 {
+			whole += n
+			wholeName = name
+		}
+	}
+	if whole > MaxDevices {
+		whole = MaxDevices + 1 // cannot fit anywhere; Fit says why
+	}
+	r.Count = int32(whole)
+
+	a := pod.Annotations
+	shared := ""
+	for _, key := range []string{AnnotationMilli, AnnotationKAIFraction, AnnotationMemory, AnnotationKAIMemory} {
+		v, ok := a[key]
+		if !ok {
+			continue
+		}
+		if shared != "" {
+			return Request{}, &InvalidError{Key: key, Value: v, Rule: "conflicts with " + shared + ": set only one shared-GPU request"}
+		}
+		shared = key
+		if r.Count > 0 {
+			return Request{}, &InvalidError{Key: key, Value: v, Rule: fmt.Sprintf(
+				"cannot be combined with a whole-GPU request (%s: %d); a shared GPU is requested by the annotation alone", wholeName, whole)}
+		}
+		var err error
+		switch key {
+		case AnnotationMilli:
+			r.Milli, err = parseMilli(key, v)
+		case AnnotationKAIFraction:
+			r.Milli, err = parseFraction(key, v)
+		default:
+			r.MemoryMiB, err = parseMemoryMiB(key, v)
+		}
+		if err != nil {
+			return Request{}, err
+		}
+	}
+	if v, ok := a[AnnotationKAIFractionNumDevices]; ok {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		switch {
+		case err != nil || n < 1:
+			return Request{}, &InvalidError{Key: AnnotationKAIFractionNumDevices, Value: v, Rule: "must be a positive integer"}
+		case n > 1:
+			return Request{}, &InvalidError{Key: AnnotationKAIFractionNumDevices, Value: v, Rule: "a fraction of more than one device is not supported; request whole GPUs instead"}
+		case r.Milli == 0 || shared != AnnotationKAIFraction:
+			return Request{}, &InvalidError{Key: AnnotationKAIFractionNumDevices, Value: v, Rule: "needs " + AnnotationKAIFraction}
+		}
+	}
+
+	if v, ok := a[AnnotationModel]; ok {
+		if _, hami := a[AnnotationHAMiUseType]; hami {
+			return Request{}, &InvalidError{Key: AnnotationModel, Value: v, Rule: "conflicts with " + AnnotationHAMiUseType + ": use one model selector"}
+		}
+		r.Models.Exact = splitList(v, "|,", false)
+		if len(r.Models.Exact) == 0 {
+			return Request{}, &InvalidError{Key: AnnotationModel, Value: v, Rule: "must list at least one GPU model, separated by '|'"}
+		}
+	}
+	if v, ok := a[AnnotationHAMiUseType]; ok {
+		r.Models.Include = splitList(v, ",", true)
+		if len(r.Models.Include) == 0 {
+			return Request{}, &InvalidError{Key: AnnotationHAMiUseType, Value: v, Rule: "must list at least one GPU type, separated by ','"}
+		}
+	}
+	if v, ok := a[AnnotationHAMiNoUseType]; ok {
+		r.Models.Exclude = splitList(v, ",", true)
+		if len(r.Models.Exclude) == 0 {
+			return Request{}, &InvalidError{Key: AnnotationHAMiNoUseType, Value: v, Rule: "must list at least one GPU type, separated by ','"}
+		}
+	}
+	if !r.Models.Empty() && !r.HasGPU() {
+		key, v := modelKey(a)
+		return Request{}, &InvalidError{Key: key, Value: v, Rule: "a GPU model constraint needs a GPU request (" + string(firstName(opts)) + " or " + AnnotationMilli + ")"}
+	}
+	return r, nil
+}
+
+func modelKey(a map[string]string) (string, string) {
+	for _, k := range []string{AnnotationModel, AnnotationHAMiUseType, AnnotationHAMiNoUseType} {
+		if v, ok := a[k]; ok {
+			return k, v
+		}
+	}
+	return "", ""
+}
+
+func firstName(opts RequestOptions) v1.ResourceName {
+	if len(opts.ResourceNames) == 0 {
+		return ResourceNvidiaGPU
+	}
+	return opts.ResourceNames[0]
+}
+
+func parseMilli(key, v string) (int32, error) {
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 32)
+	if err != nil || n < 1 || n >= MilliPerGPU {
+		return 0, &InvalidError{Key: key, Value: v, Rule: "must be an integer from 1 to 999 (milli-GPU of one device); use " + ResourceNvidiaGPU + " for whole GPUs"}
+	}
+	return int32(n), nil
+}
+
+func parseFraction(key, v string) (int32, error) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	// NaN fails every comparison, so test for the valid range.
+	if err != nil || !(f > 0 && f < 1) {
+		return 0, &InvalidError{Key: key, Value: v, Rule: "must be a decimal fraction greater than 0 and less than 1"}
+	}
+	m := int32(f*MilliPerGPU + 0.5)
+	if m < 1 || m >= MilliPerGPU {
+		return 0, &InvalidError{Key: key, Value: v, Rule: "rounds to " + strconv.Itoa(int(m)) + " milli-GPU; it must be from 1 to 999"}
+	}
+	return m, nil
+}
+
+func parseMemoryMiB(key, v string) (int64, error) {
+	s := strings.TrimSpace(v)
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if n < 1 {
+			return 0, &InvalidError{Key: key, Value: v, Rule: "must be a positive amount of GPU memory in MiB, or a quantity such as 8Gi"}
+		}
+		return n, nil
+	}
+	q, err := resource.ParseQuantity(s)
+	if err != nil || q.Sign() <= 0 {
+		return 0, &InvalidError{Key: key, Value: v, Rule: "must be a positive amount of GPU memory in MiB, or a quantity such as 8Gi"}
+	}
+	const mib = 1 << 20
+	return (q.Value() + mib - 1) / mib, nil
+}
+
+func splitList(v, seps string, fold bool) []string {
+	var out []string
+	for _, p := range strings.FieldsFunc(v, func(r rune) bool { return strings.ContainsRune(seps, r) }) {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if fold {
+			p = strings.ToUpper(p)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// WholeGPUs is the pod's request of whole-GPU resources, without parsing
+// annotations or allocating.
+func WholeGPUs(pod *v1.Pod, opts RequestOptions) int64 {
+	var n int64
+	for _, name := range opts.ResourceNames {
+		n += podRequest(pod, name, false)
+	}
+	return n
+}
+
+// podRequest is the effective request of one resource, as the scheduler
+// computes it: regular containers and sidecars run together, other init
+// containers run one at a time before them. For CPU, pod-level resources and
+// overhead count too.
+func podRequest(pod *v1.Pod, name v1.ResourceName, withPodLevel bool) int64 {
+	value := func(l v1.ResourceList) int64 {
+		q, ok := l[name]
+		if !ok {
+			return 0
+		}
+		if name == v1.ResourceCPU {
+			return q.MilliValue()
+		}
+		return q.Value()
+	}
+	if withPodLevel && pod.Spec.Resources != nil {
+		if _, ok := pod.Spec.Resources.Requests[name]; ok {
+			return value(pod.Spec.Resources.Requests) + value(pod.Spec.Overhead)
+		}
+	}
+	var sum, sidecars, initMax int64
+	for i := range pod.Spec.Containers {
+		sum += value(pod.Spec.Containers[i].Resources.Requests)
+	}
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		v := value(c.Resources.Requests)
+		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+			sidecars += v
+			continue
+		}
+		if v+sidecars > initMax {
+			initMax = v + sidecars
+		}
+	}
+	total := max(sum+sidecars, initMax)
+	if withPodLevel {
+		total += value(pod.Spec.Overhead)
+	}
+	return total
+}

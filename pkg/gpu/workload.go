@@ -1,0 +1,326 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// Task is one kind of typical pod in a target workload, with its share.
+type Task struct {
+	CPU    int64
+	Milli  int32 // per device; 0 means CPU-only
+	Count  int32 // devices; 1 for a shared GPU
+	Models ModelSelector
+	Weight float64
+}
+
+// TaskOf describes a request as a task (memory-denominated requests have no
+// node-independent size and are not typical tasks).
+func TaskOf(r *Request) (Task, bool) {
+	t := Task{CPU: r.CPU, Models: r.Models}
+	switch {
+	case r.Count > 0:
+		t.Count, t.Milli = r.Count, MilliPerGPU
+	case r.Milli > 0:
+		t.Count, t.Milli = 1, r.Milli
+	case r.MemoryMiB > 0:
+		return Task{}, false
+	}
+	return t, true
+}
+
+// Workload is a target workload: the typical tasks, by how often they come.
+// Fragmentation is measured against it. It is immutable.
+type Workload struct {
+	tasks []Task // sorted by Milli ascending, weights sum to 1
+}
+
+// NewWorkload normalises the weights and orders the tasks for Frag.
+func NewWorkload(tasks []Task) (*Workload, error) {
+	var sum float64
+	for i, t := range tasks {
+		if t.Weight < 0 || t.Milli < 0 || t.Milli > MilliPerGPU || t.Count < 0 || t.CPU < 0 {
+			return nil, fmt.Errorf("task %d: weight, cpu, milli-GPU (0-1000) and count must not be negative", i)
+		}
+		if t.Milli > 0 && t.Count == 0 {
+			return nil, fmt.Errorf("task %d: a GPU task needs a device count", i)
+		}
+		if t.Milli > 0 && t.Milli < MilliPerGPU && t.Count > 1 {
+			return nil, fmt.Errorf("task %d: a shared GPU task takes one device", i)
+		}
+		sum += t.Weight
+	}
+	if len(tasks) == 0 || sum <= 0 {
+		return nil, fmt.Errorf("a target workload needs at least one task with a positive weight")
+	}
+	w := &Workload{tasks: make([]Task, len(tasks))}
+	copy(w.tasks, tasks)
+	for i := range w.tasks {
+		w.tasks[i].Weight /= sum
+	}
+	sort.SliceStable(w.tasks, func(i, j int) bool { return w.tasks[i].Milli < w.tasks[j].Milli })
+	return w, nil
+}
+
+// Tasks returns the tasks (do not modify).
+func (w *Workload) Tasks() []Task { return w.tasks }
+
+// fragCache memoises a node's baseline fragmentation for one workload.
+type fragCache struct {
+	wl    *Workload
+	match []uint64 // task i's model selector allows this node
+	base  float64
+}
+
+type fragSlot struct{ p atomic.Pointer[fragCache] }
+
+func (w *Workload) matchMask(s *NodeState) []uint64 {
+	mask := make([]uint64, (len(w.tasks)+63)/64)
+	for i := range w.tasks {
+		t := &w.tasks[i]
+		if t.Models.Empty() || t.Models.Matches(s.Model, s.ModelFold) {
+			mask[i/64] |= 1 << uint(i%64)
+		}
+	}
+	return mask
+}
+
+// cache returns the node's memoised baseline for this workload.
+func (w *Workload) cache(s *NodeState) *fragCache {
+	if c := s.frag.p.Load(); c != nil && c.wl == w {
+		return c
+	}
+	c := &fragCache{wl: w, match: w.matchMask(s)}
+	c.base = w.frag(&s.Free, s.Count, s.CPUFree, c.match)
+	s.frag.p.Store(c)
+	return c
+}
+
+// Frag is the node's fragmentation F_n in milli-GPU: the expected idle GPU that
+// a typical task could not use (openb-benchmark.md §5).
+func (w *Workload) Frag(s *NodeState) float64 {
+	if s.Count == 0 {
+		return 0
+	}
+	return w.cache(s).base
+}
+
+// frag computes F for a device vector without allocating. Tasks are sorted by
+// milli, so one pass over the sorted devices gives, per task, the idle GPU on
+// devices too small for it and how many devices are large enough.
+func (w *Workload) frag(free *[MaxDevices]int32, count int32, cpuFree int64, match []uint64) float64 {
+	var sorted [MaxDevices]int32
+	n := int(count)
+	var idle int64
+	for i := 0; i < n; i++ {
+		v := free[i]
+		idle += int64(v)
+		j := i
+		for j > 0 && sorted[j-1] > v {
+			sorted[j] = sorted[j-1]
+			j--
+		}
+		sorted[j] = v
+	}
+	if idle == 0 {
+		return 0
+	}
+	var f float64
+	var below int64 // idle GPU on devices smaller than the current task
+	j := 0
+	for i := range w.tasks {
+		t := &w.tasks[i]
+		if t.Milli == 0 || match[i/64]&(1<<uint(i%64)) == 0 {
+			f += t.Weight * float64(idle)
+			continue
+		}
+		for j < n && sorted[j] < t.Milli {
+			below += int64(sorted[j])
+			j++
+		}
+		if int32(n-j) >= t.Count && cpuFree >= t.CPU {
+			f += t.Weight * float64(below)
+		} else {
+			f += t.Weight * float64(idle)
+		}
+	}
+	return f
+}
+
+// Learner learns the target workload online from the requests the scheduler
+// sees, which is all a live cluster can know. Old observations decay, so the
+// target follows a changing mix.
+type Learner struct {
+	mu       sync.Mutex
+	coverage float64
+	halfLife float64
+	counts   map[taskKey]*learned
+	scale    float64 // weight of the next observation; grows to implement decay
+	total    float64
+	pending  float64 // weight observed since the last rebuild
+	seen     map[string]struct{}
+	seenRing []string
+	seenNext int
+	current  atomic.Pointer[Workload]
+}
+
+type taskKey struct {
+	cpu    int64
+	milli  int32
+	count  int32
+	models string
+}
+
+type learned struct {
+	task   Task
+	weight float64
+}
+
+// NewLearner keeps the most common tasks that together make up coverage of
+// the pods, with observations losing half their weight every halfLife pods.
+func NewLearner(coverage float64, halfLife int) *Learner {
+	return &Learner{
+		coverage: coverage,
+		halfLife: float64(halfLife),
+		counts:   map[taskKey]*learned{},
+		scale:    1,
+		seen:     map[string]struct{}{},
+		seenRing: make([]string, 1<<16),
+	}
+}
+
+// Observe counts a pod once, however often it is retried.
+func (l *Learner) Observe(uid string, r *Request) {
+	t, ok := TaskOf(r)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if uid != "" {
+		if _, dup := l.seen[uid]; dup {
+			return
+		}
+		if old := l.seenRing[l.seenNext]; old != "" {
+			delete(l.seen, old)
+		}
+		l.seenRing[l.seenNext] = uid
+		l.seenNext = (l.seenNext + 1) % len(l.seenRing)
+		l.seen[uid] = struct{}{}
+	}
+	k := taskKey{cpu: t.CPU, milli: t.Milli, count: t.Count, models: t.Models.String()}
+	e := l.counts[k]
+	if e == nil {
+		e = &learned{task: t}
+		l.counts[k] = e
+	}
+	e.weight += l.scale
+	l.total += l.scale
+	l.pending += l.scale
+	if l.halfLife > 0 {
+		l.scale *= math.Exp2(1 / l.halfLife)
+		if l.scale > 1e100 { // renormalise long before overflow
+			for _, c := range l.counts {
+				c.weight /= l.scale
+			}
+			l.total /= l.scale
+			l.pending /= l.scale
+			l.scale = 1
+		}
+	}
+	// Rebuild when the new weight is a noticeable part of the whole: often
+	// while the mix is being learned, rarely once it is known.
+	if l.current.Load() == nil || l.pending >= l.total/100 {
+		l.rebuild()
+		l.pending = 0
+	}
+}
+
+func (l *Learner) rebuild() {
+	entries := make([]*learned, 0, len(l.counts))
+	keys := make(map[*learned]taskKey, len(l.counts))
+	for k, e := range l.counts {
+		entries = append(entries, e)
+		keys[e] = k
+	}
+	sort.Slice(entries, func(i, j int) bool {
+		if entries[i].weight != entries[j].weight {
+			return entries[i].weight > entries[j].weight
+		}
+		return keyLess(keys[entries[j]], keys[entries[i]])
+	})
+	tasks := topTasks(entries, l.total, l.coverage)
+	if wl, err := NewWorkload(tasks); err == nil {
+		l.current.Store(wl)
+	}
+}
+
+// topTasks keeps the leading tasks until they cover the given share.
+func topTasks(entries []*learned, total, coverage float64) []Task {
+	var tasks []Task
+	var cum float64
+	for _, e := range entries {
+		t := e.task
+		t.Weight = e.weight
+		tasks = append(tasks, t)
+		cum += e.weight
+		if cum >= coverage*total-1e-9 {
+			break
+		}
+	}
+	return tasks
+}
+
+func keyLess(a, b taskKey) bool {
+	if a.cpu != b.cpu {
+		return a.cpu < b.cpu
+	}
+	if a.milli != b.milli {
+		return a.milli < b.milli
+	}
+	if a.count != b.count {
+		return a.count < b.count
+	}
+	return a.models < b.models
+}
+
+// Workload returns the current learned target, or nil before any pod.
+func (l *Learner) Workload() *Workload { return l.current.Load() }
+
+// TypicalTasks builds the paper's target workload from a whole trace: tasks
+// grouped by (cpu, milli, count, models), most frequent first (ties by the
+// larger key), until coverage of the pods is reached.
+func TypicalTasks(reqs []Request, coverage float64) []Task {
+	counts := map[taskKey]*learned{}
+	var total float64
+	for i := range reqs {
+		t, ok := TaskOf(&reqs[i])
+		if !ok {
+			continue
+		}
+		k := taskKey{cpu: t.CPU, milli: t.Milli, count: t.Count, models: t.Models.String()}
+		e := counts[k]
+		if e == nil {
+			e = &learned{task: t}
+			counts[k] = e
+		}
+		e.weight++
+		total++
+	}
+	entries := make([]*learned, 0, len(counts))
+	keys := make(map[*learned]taskKey, len(counts))
+	for k, e := range counts {
+		entries = append(entries, e)
+		keys[e] = k
+	}
+	sort.Slice(entries, func(i, j int) bool {
+		if entries[i].weight != entries[j].weight {
+			return entries[i].weight > entries[j].weight
+		}
+		return keyLess(keys[entries[j]], keys[entries[i]])
+	})
+	return topTasks(entries, total, coverage)
+}

@@ -1,0 +1,194 @@
+package gpufit
+
+import (
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/klog/v2/ktesting"
+	fwk "k8s.io/kube-scheduler/framework"
+	st "k8s.io/kubernetes/pkg/scheduler/testing"
+	tk "k8s.io/kubernetes/test/utils/ktesting"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/internal/shared"
+)
+
+// EventsToRegister covers every way a GPUFit rejection can be resolved, each
+// with a hint.
+func TestEventsToRegister(t *testing.T) {
+	tCtx := tk.Init(t)
+	e := newEnv(tCtx, t, nil, nil, nil)
+	events, err := e.pl.EventsToRegister(tCtx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[fwk.ClusterEvent]bool{
+		{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel}: true,
+		{Resource: fwk.AssignedPod, ActionType: fwk.Delete}:                                        true,
+		{Resource: fwk.AssignedPod, ActionType: fwk.Update}:                                        true,
+		{Resource: fwk.TargetPod, ActionType: fwk.Update}:                                          true,
+	}
+	if len(events) != len(want) {
+		t.Fatalf("got %d events", len(events))
+	}
+	for _, ev := range events {
+		if !want[ev.Event] {
+			t.Errorf("unexpected event %v", ev.Event)
+		}
+		if ev.QueueingHintFn == nil {
+			t.Errorf("event %v has no hint", ev.Event)
+		}
+	}
+	// With hints off (the measured baseline), every event requeues.
+	args := scheme.DefaultGPUFitArgs()
+	args.Requeue.QueueingHints = false
+	off := newEnv(tCtx, t, args, nil, nil)
+	events, _ = off.pl.EventsToRegister(tCtx)
+	for _, ev := range events {
+		if ev.QueueingHintFn != nil {
+			t.Errorf("hints disabled, but %v has one", ev.Event)
+		}
+	}
+}
+
+func TestQueueingHints(t *testing.T) {
+	// full is a 2-GPU node with both devices taken; half has one free device.
+	full := gpuNode("full", "2").Label(gpu.LabelGPUProduct, "A100").Obj()
+	half := gpuNode("half", "2").Obj()
+	a := boundPod("a", "full", "full:0=1000")
+	b := boundPod("b", "full", "full:1=1000")
+	c := boundPod("c", "half", "half:0=1000")
+	cpuOnly := boundPod("cpu", "full", "")
+	pending := wholePod("p", "1").Obj()
+	pendingA100 := wholePod("p", "1").Annotation(gpu.AnnotationModel, "A100").Obj()
+	pendingShared := sharedPod("s", "500").Obj()
+
+	withAllocatable := func(n *v1.Node, count string) *v1.Node {
+		n = n.DeepCopy()
+		n.Status.Allocatable[gpuRes] = resource.MustParse(count)
+		n.Status.Capacity[gpuRes] = resource.MustParse(count)
+		return n
+	}
+	withLabel := func(n *v1.Node, k, v string) *v1.Node {
+		n = n.DeepCopy()
+		if n.Labels == nil {
+			n.Labels = map[string]string{}
+		}
+		n.Labels[k] = v
+		return n
+	}
+	withAnnotations := func(p *v1.Pod, kv ...string) *v1.Pod {
+		p = p.DeepCopy()
+		p.Annotations = map[string]string{}
+		for i := 0; i < len(kv); i += 2 {
+			p.Annotations[kv[i]] = kv[i+1]
+		}
+		return p
+	}
+	podStatusUpdate := a.DeepCopy()
+	podStatusUpdate.Status.Phase = v1.PodRunning
+
+	tests := map[string]struct {
+		pod *v1.Pod
+		// The informer's view after the event.
+		nodes   []*v1.Node
+		pods    []*v1.Pod
+		hint    string
+		oldObj  interface{}
+		newObj  interface{}
+		want    fwk.QueueingHint
+		noStore bool
+	}{
+		"node added with a free GPU": {pending, nil, nil, "node", nil, gpuNode("new", "1").Obj(), fwk.Queue, false},
+		"node added without GPU":     {pending, nil, nil, "node", nil, st.MakeNode().Name("new").Obj(), fwk.QueueSkip, false},
+		"node added, model not allowed": {pendingA100, nil, nil, "node", nil,
+			gpuNode("new", "8").Label(gpu.LabelGPUProduct, "T4").Obj(), fwk.QueueSkip, false},
+		"node added, too small for the request": {wholePod("p", "4").Obj(), nil, nil, "node", nil, gpuNode("new", "2").Obj(), fwk.QueueSkip, false},
+		// The level matters, not the event: the node gained a device and
+		// the pods on it leave that device free.
+		"allocatable grew, a device is free": {pending, nil, []*v1.Pod{a, b}, "node", full, withAllocatable(full, "3"), fwk.Queue, false},
+		"allocatable grew, still full": {pending, nil, []*v1.Pod{a, b, boundPod("x", "full", "full:2=1000")}, "node", full,
+			withAllocatable(full, "3"), fwk.QueueSkip, false},
+		"label now allows the model": {pendingA100, nil, []*v1.Pod{c}, "node", half, withLabel(half, gpu.LabelGPUProduct, "A100"), fwk.Queue, false},
+		"label change, node still full": {pendingA100, nil, []*v1.Pod{a, b}, "node", full, withLabel(full, "x", "y"), fwk.QueueSkip, false},
+
+		"GPU pod deleted frees a device": {pending, []*v1.Node{full}, []*v1.Pod{b}, "delete", a, nil, fwk.Queue, false},
+		"GPU pod deleted, share fits":    {pendingShared, []*v1.Node{full}, []*v1.Pod{b}, "delete", a, nil, fwk.Queue, false},
+		"CPU pod deleted frees no GPU":   {pending, []*v1.Node{full}, []*v1.Pod{a, b}, "delete", cpuOnly, nil, fwk.QueueSkip, false},
+		// Two pods were on full; the informer already shows only one gone
+		// and one still there: the pending 2-GPU pod still does not fit.
+		"deleted, still not enough": {wholePod("p", "2").Obj(), []*v1.Node{full}, []*v1.Pod{b}, "delete", a, nil, fwk.QueueSkip, false},
+		"deleted from a vanished node": {pending, nil, nil, "delete", a, nil, fwk.QueueSkip, false},
+		"deleted while reserved elsewhere": {pending, []*v1.Node{full}, []*v1.Pod{b}, "delete", a, nil, fwk.QueueSkip, true},
+
+		"bound pod status update":        {pending, []*v1.Node{full}, []*v1.Pod{a, b}, "update", a, podStatusUpdate, fwk.QueueSkip, false},
+		"assignment removed frees device": {pending, []*v1.Node{full}, []*v1.Pod{withAnnotations(a), b}, "update", a, withAnnotations(a), fwk.Queue, false},
+
+		"own request changed":   {pending, nil, nil, "target", pendingShared, withAnnotations(pendingShared, gpu.AnnotationMilli, "100"), fwk.Queue, false},
+		"own annotation fixed":  {pending, nil, nil, "target", withAnnotations(pendingShared, gpu.AnnotationMilli, "x"), pendingShared, fwk.Queue, false},
+		"own status update":     {pending, nil, nil, "target", pendingShared, pendingShared.DeepCopy(), fwk.QueueSkip, false},
+		"own unrelated label":   {pending, nil, nil, "target", pending, st.MakePod().Name("p").Label("a", "b").Req(map[v1.ResourceName]string{v1.ResourceCPU: "1", gpuRes: "1"}).Obj(), fwk.QueueSkip, false},
+		"own GPU count changed": {pending, nil, nil, "target", wholePod("p", "2").Obj(), pending, fwk.Queue, false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			logger, tCtx := ktesting.NewTestContext(t)
+			e := newEnv(tCtx, t, nil, nil, nil)
+			for _, n := range tc.nodes {
+				e.factory.Core().V1().Nodes().Informer().GetStore().Add(n)
+			}
+			if n, ok := tc.newObj.(*v1.Node); ok {
+				e.factory.Core().V1().Nodes().Informer().GetStore().Add(n)
+			}
+			for _, p := range tc.pods {
+				e.factory.Core().V1().Pods().Informer().GetStore().Add(p)
+			}
+			if tc.noStore {
+				// An in-flight reservation holds the freed device.
+				e.pl.shared.Tracker().Reserve("full", "other", gpu.Reservation{Choice: gpu.Choice{Mask: 1, Milli: 1000}})
+			}
+			var got fwk.QueueingHint
+			var err error
+			switch tc.hint {
+			case "node":
+				got, err = e.pl.isSchedulableAfterNodeChange(logger, tc.pod, tc.oldObj, tc.newObj)
+			case "delete":
+				got, err = e.pl.isSchedulableAfterPodDelete(logger, tc.pod, tc.oldObj, tc.newObj)
+			case "update":
+				got, err = e.pl.isSchedulableAfterPodUpdate(logger, tc.pod, tc.oldObj, tc.newObj)
+			case "target":
+				got, err = e.pl.isSchedulableAfterTargetPodUpdate(logger, tc.pod, tc.oldObj, tc.newObj)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("want %v, got %v", tc.want, got)
+			}
+		})
+	}
+}
+
+// Without informers the hint knows only the node's inventory: it must not
+// skip a pod that might fit.
+func TestQueueingHintWithoutInformer(t *testing.T) {
+	logger, tCtx := ktesting.NewTestContext(t)
+	e := newEnv(tCtx, t, nil, nil, nil)
+	e.pl.shared = newSharedWithoutInformer(e)
+	got, _ := e.pl.isSchedulableAfterNodeChange(logger, wholePod("p", "1").Obj(), nil, gpuNode("n", "1").Obj())
+	if got != fwk.Queue {
+		t.Errorf("want Queue, got %v", got)
+	}
+	got, _ = e.pl.isSchedulableAfterNodeChange(logger, wholePod("p", "2").Obj(), nil, gpuNode("n", "1").Obj())
+	if got != fwk.QueueSkip {
+		t.Errorf("a node too small can be skipped even without informers, got %v", got)
+	}
+}
+
+func newSharedWithoutInformer(_ *testEnv) *shared.Shared {
+	s := &shared.Shared{}
+	s.Configure(gpu.DefaultNodeOptions)
+	return s
+}

@@ -1,0 +1,158 @@
+// Package gpuscore is the GPUScore plugin: it ranks the nodes that fit a pod
+// by the profile's GPU placement policy (fragmentation-aware by default) and
+// keeps CPU-only pods off GPU nodes.
+package gpuscore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/validation"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpufit"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/internal/shared"
+)
+
+// Name is the plugin's name in the registry and in configs.
+const Name = "GPUScore"
+
+// GPUScore scores nodes by the GPU placement policy.
+type GPUScore struct {
+	shared *shared.Shared
+	policy gpu.Policy
+}
+
+var (
+	_ fwk.PreScorePlugin = &GPUScore{}
+	_ fwk.ScorePlugin    = &GPUScore{}
+	_ fwk.SignPlugin     = &GPUScore{}
+)
+
+// New builds the plugin from validated args.
+func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	var args *config.GPUScoreArgs
+	switch a := obj.(type) {
+	case nil:
+		args = scheme.DefaultGPUScoreArgs()
+	case *config.GPUScoreArgs:
+		args = a
+	default:
+		return nil, fmt.Errorf("want args of type GPUScoreArgs, got %T", obj)
+	}
+	if err := validation.ValidateGPUScoreArgs(field.NewPath("args"), args); err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	policy, _ := gpu.ParsePolicy(args.Policy)
+	s := shared.For(h)
+	w := args.TargetWorkload
+	if w.Mode == config.WorkloadStatic {
+		wl, err := StaticWorkload(w.Tasks)
+		if err != nil {
+			return nil, fmt.Errorf("%s: args.targetWorkload: %w", Name, err)
+		}
+		s.SetScoring(policy, nil, wl)
+	} else {
+		s.SetScoring(policy, gpu.NewLearner(float64(w.CoveragePercent)/100, int(w.HalfLifePods)), nil)
+	}
+	return &GPUScore{shared: s, policy: policy}, nil
+}
+
+// StaticWorkload turns configured tasks into a workload.
+func StaticWorkload(tasks []config.WorkloadTask) (*gpu.Workload, error) {
+	var out []gpu.Task
+	for _, t := range tasks {
+		out = append(out, gpu.Task{CPU: t.CPUMilli, Milli: t.GPUMilli, Count: t.GPUCount,
+			Models: gpu.ModelSelector{Exact: slices.Clone(t.Models)}, Weight: float64(t.Weight)})
+	}
+	return gpu.NewWorkload(out)
+}
+
+// Name returns the plugin's name.
+func (pl *GPUScore) Name() string { return Name }
+
+// SignPod: the score depends on the parsed GPU request (and on the cluster,
+// which signatures do not cover by design).
+func (pl *GPUScore) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	return gpufit.Sign(pod, pl.shared.Tracker().RequestOptions())
+}
+
+type preScoreState struct {
+	req gpu.Request
+	wl  *gpu.Workload
+}
+
+func (s *preScoreState) Clone() fwk.StateData { return s }
+
+const preScoreStateKey fwk.StateKey = "PreScore" + Name
+
+// PreScore pins the request and the target workload for this cycle.
+func (pl *GPUScore) PreScore(_ context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	req, err := shared.ReadRequest(cs)
+	if err != nil {
+		// GPUFit is not in the profile: parse here.
+		r, perr := gpu.ParseRequest(pod, pl.shared.Tracker().RequestOptions())
+		if perr != nil {
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, perr.Error())
+		}
+		req = &r
+	}
+	cs.Write(preScoreStateKey, &preScoreState{req: *req, wl: pl.shared.Workload()})
+	return nil
+}
+
+// Score is the policy's raw score; NormalizeScore ranks it into 0-100.
+func (pl *GPUScore) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	d, err := cs.Read(preScoreStateKey)
+	if err != nil {
+		return 0, fwk.AsStatus(fmt.Errorf("reading %q: %w", preScoreStateKey, err))
+	}
+	s := d.(*preScoreState)
+	st := pl.shared.State(nodeInfo)
+	_, raw, ok := gpu.Evaluate(pl.policy, st, &s.req, s.wl)
+	if !ok {
+		return minRaw, nil
+	}
+	return raw, nil
+}
+
+// minRaw ranks last: a node that passed Filter but cannot take the pod's
+// devices (only when GPUFit is not in the profile).
+const minRaw = -1 << 62
+
+// ScoreExtensions returns the normaliser.
+func (pl *GPUScore) ScoreExtensions() fwk.ScoreExtensions { return pl }
+
+// NormalizeScore ranks the raw scores: the best distinct value gets 100, the
+// next 99, and so on. Raw scores are fine-grained (fragmentation in 1/64
+// milli-GPU), so ranking keeps exact ties only, instead of lumping near-best
+// nodes together as min-max scaling to 0-100 would.
+func (pl *GPUScore) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	NormalizeByRank(scores)
+	return nil
+}
+
+// NormalizeByRank maps raw scores to 100 minus their dense rank, floored at 0.
+func NormalizeByRank(scores fwk.NodeScoreList) {
+	if len(scores) == 0 {
+		return
+	}
+	raws := make([]int64, len(scores))
+	for i := range scores {
+		raws[i] = scores[i].Score
+	}
+	slices.Sort(raws)
+	raws = slices.Compact(raws)
+	for i := range scores {
+		idx, _ := slices.BinarySearch(raws, scores[i].Score)
+		rank := int64(len(raws) - 1 - idx)
+		scores[i].Score = max(fwk.MaxNodeScore-rank, fwk.MinNodeScore)
+	}
+}

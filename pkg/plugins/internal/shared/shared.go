@@ -1,0 +1,234 @@
+// Package shared is the state GPUFit and GPUScore share within one scheduler
+// profile: the device tracker, the placement policy, the target workload and
+// the parsed request of the pod in the current cycle. Keeping the device
+// choice in one place is what lets Reserve take exactly the device the score
+// assumed.
+package shared
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+)
+
+// Shared is one profile's GPU state.
+type Shared struct {
+	tracker  atomic.Pointer[gpu.Tracker]
+	scoring  atomic.Pointer[scoring]
+	podIndex atomic.Pointer[cache.Indexer]
+}
+
+type scoring struct {
+	policy   gpu.Policy
+	learner  *gpu.Learner
+	static   *gpu.Workload
+	explicit bool
+}
+
+var (
+	mu       sync.Mutex
+	profiles = map[fwk.Handle]*Shared{}
+)
+
+// For returns the profile's shared state. Plugins are created in no fixed
+// order, so whichever comes first creates it with defaults.
+func For(h fwk.Handle) *Shared {
+	mu.Lock()
+	defer mu.Unlock()
+	s := profiles[h]
+	if s == nil {
+		s = &Shared{}
+		s.tracker.Store(gpu.NewTracker(gpu.DefaultNodeOptions))
+		s.scoring.Store(&scoring{policy: gpu.BestFit, learner: gpu.NewLearner(0.95, 10000)})
+		profiles[h] = s
+	}
+	return s
+}
+
+// Configure sets where devices are read from (GPUFit's args). It must run
+// before scheduling starts.
+func (s *Shared) Configure(opts gpu.NodeOptions) {
+	s.tracker.Store(gpu.NewTracker(opts))
+}
+
+// SetScoring sets the policy and target workload (GPUScore's args). static
+// is nil for a learned workload; learner is nil for a static one.
+func (s *Shared) SetScoring(p gpu.Policy, learner *gpu.Learner, static *gpu.Workload) {
+	s.scoring.Store(&scoring{policy: p, learner: learner, static: static, explicit: true})
+}
+
+// Tracker returns the device tracker.
+func (s *Shared) Tracker() *gpu.Tracker { return s.tracker.Load() }
+
+// Policy returns the placement policy.
+func (s *Shared) Policy() gpu.Policy { return s.scoring.Load().policy }
+
+// Workload returns the current target workload, or nil if none is known yet.
+func (s *Shared) Workload() *gpu.Workload {
+	sc := s.scoring.Load()
+	if sc.static != nil {
+		return sc.static
+	}
+	if sc.learner != nil {
+		return sc.learner.Workload()
+	}
+	return nil
+}
+
+// Observe feeds a pod to the learned workload, once per pod.
+func (s *Shared) Observe(uid types.UID, r *gpu.Request) {
+	if l := s.scoring.Load().learner; l != nil {
+		l.Observe(string(uid), r)
+	}
+}
+
+// Evaluate is gpu.Evaluate with the profile's policy and workload.
+func (s *Shared) Evaluate(st *gpu.NodeState, r *gpu.Request) (gpu.Choice, int64, bool) {
+	return gpu.Evaluate(s.Policy(), st, r, s.Workload())
+}
+
+// State returns a node's device state as the scheduler's snapshot sees it,
+// from the cache when the node has not changed.
+func (s *Shared) State(nodeInfo fwk.NodeInfo) *gpu.NodeState {
+	node := nodeInfo.Node()
+	t := s.Tracker()
+	gen := nodeInfo.GetGeneration()
+	if st := t.Lookup(node.Name, gen); st != nil {
+		return st
+	}
+	return t.Build(node, gen, podsOf(nodeInfo), cpuFree(nodeInfo))
+}
+
+// StateExcluding evaluates a node without one pod: neither its entry in the
+// snapshot (a pod group's assumed pod) nor its own earlier reservation (a
+// repeated Reserve), so that reserving twice gives the same devices.
+func (s *Shared) StateExcluding(nodeInfo fwk.NodeInfo, uid types.UID) *gpu.NodeState {
+	if _, _, reserved := s.Tracker().Reserved(uid); reserved {
+		return s.Tracker().Compute(nodeInfo.Node(), podsOf(nodeInfo), cpuFree(nodeInfo), uid)
+	}
+	for _, p := range nodeInfo.GetPods() {
+		if p.GetPod().UID == uid {
+			return s.Tracker().Compute(nodeInfo.Node(), podsOf(nodeInfo), cpuFree(nodeInfo), uid)
+		}
+	}
+	return s.State(nodeInfo)
+}
+
+func podsOf(nodeInfo fwk.NodeInfo) []*v1.Pod {
+	infos := nodeInfo.GetPods()
+	pods := make([]*v1.Pod, len(infos))
+	for i, p := range infos {
+		pods[i] = p.GetPod()
+	}
+	return pods
+}
+
+func cpuFree(nodeInfo fwk.NodeInfo) int64 {
+	return nodeInfo.GetAllocatable().GetMilliCPU() - nodeInfo.GetRequested().GetMilliCPU()
+}
+
+// NodeNameIndex indexes pods by spec.nodeName in the pod informer.
+const NodeNameIndex = "gpu-scheduler.io/nodeName"
+
+// UseInformer lets level checks outside a scheduling cycle (queueing hints,
+// the requeue reconciler) read the current pods of a node.
+func (s *Shared) UseInformer(informer cache.SharedIndexInformer) error {
+	if _, ok := informer.GetIndexer().GetIndexers()[NodeNameIndex]; !ok {
+		err := informer.AddIndexers(cache.Indexers{NodeNameIndex: func(obj interface{}) ([]string, error) {
+			if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" {
+				return []string{p.Spec.NodeName}, nil
+			}
+			return nil, nil
+		}})
+		if err != nil {
+			return fmt.Errorf("adding the pod index by node: %w", err)
+		}
+	}
+	idx := informer.GetIndexer()
+	s.podIndex.Store(&idx)
+	return nil
+}
+
+// PodsOnNode lists the running pods bound to a node, from the informer. ok is
+// false when no informer is wired (then callers must assume the worst).
+func (s *Shared) PodsOnNode(node string) ([]*v1.Pod, bool) {
+	idx := s.podIndex.Load()
+	if idx == nil {
+		return nil, false
+	}
+	objs, err := (*idx).ByIndex(NodeNameIndex, node)
+	if err != nil {
+		return nil, false
+	}
+	pods := make([]*v1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*v1.Pod); ok && p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {
+			pods = append(pods, p)
+		}
+	}
+	return pods, true
+}
+
+// CurrentState computes a node's state from the informer's view and the
+// reservations: the level truth outside a cycle. ok is false without an
+// informer.
+func (s *Shared) CurrentState(node *v1.Node) (*gpu.NodeState, bool) {
+	pods, ok := s.PodsOnNode(node.Name)
+	if !ok {
+		return nil, false
+	}
+	return s.Tracker().Compute(node, pods, 0, ""), true
+}
+
+// AllPods lists every pod in the informer (nil without one).
+func (s *Shared) AllPods() []*v1.Pod {
+	idx := s.podIndex.Load()
+	if idx == nil {
+		return nil
+	}
+	var out []*v1.Pod
+	for _, o := range (*idx).List() {
+		if p, ok := o.(*v1.Pod); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+
+// requestState is the pod's parsed GPU request, written once per cycle by
+// GPUFit's PreFilter and read by GPUFit and GPUScore.
+type requestState struct {
+	req gpu.Request
+}
+
+// Clone is cheap: the request never changes within a cycle.
+func (r *requestState) Clone() fwk.StateData { return r }
+
+// RequestKey is the CycleState key of the parsed request.
+const RequestKey fwk.StateKey = "PreFilterGPUFit"
+
+// WriteRequest stores the parsed request.
+func WriteRequest(cs fwk.CycleState, r gpu.Request) {
+	cs.Write(RequestKey, &requestState{req: r})
+}
+
+// ReadRequest returns the parsed request, or an error if PreFilter did not run.
+func ReadRequest(cs fwk.CycleState) (*gpu.Request, error) {
+	d, err := cs.Read(RequestKey)
+	if err != nil {
+		return nil, fmt.Errorf("reading %q from cycle state: %w", RequestKey, err)
+	}
+	r, ok := d.(*requestState)
+	if !ok {
+		return nil, fmt.Errorf("%q has type %T", RequestKey, d)
+	}
+	return &r.req, nil
+}

@@ -1,0 +1,30 @@
+// Package plugins registers our plugins, for the binary and the simulator.
+package plugins
+
+import (
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	_ "github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme" // our args in the scheduler's scheme
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpufit"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpuscore"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/leastrequested"
+)
+
+// Registry holds our out-of-tree plugins.
+func Registry() frameworkruntime.Registry {
+	return frameworkruntime.Registry{
+		gpufit.Name:         gpufit.New,
+		gpuscore.Name:       gpuscore.New,
+		leastrequested.Name: leastrequested.New,
+	}
+}
+
+// Options registers our plugins with the scheduler command.
+func Options() []app.Option {
+	var opts []app.Option
+	for name, factory := range Registry() {
+		opts = append(opts, app.WithPlugin(name, factory))
+	}
+	return opts
+}
