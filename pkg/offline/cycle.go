@@ -154,4 +154,3 @@ func Commit(ctx context.Context, f framework.Framework, cluster *Cluster, pod *v
 	}
 	return bound, nil
 }
-

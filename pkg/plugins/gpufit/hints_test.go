@@ -26,9 +26,9 @@ func TestEventsToRegister(t *testing.T) {
 	}
 	want := map[fwk.ClusterEvent]bool{
 		{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel}: true,
-		{Resource: fwk.AssignedPod, ActionType: fwk.Delete}:                                        true,
-		{Resource: fwk.AssignedPod, ActionType: fwk.Update}:                                        true,
-		{Resource: fwk.TargetPod, ActionType: fwk.Update}:                                          true,
+		{Resource: fwk.AssignedPod, ActionType: fwk.Delete}:                                         true,
+		{Resource: fwk.AssignedPod, ActionType: fwk.Update}:                                         true,
+		{Resource: fwk.TargetPod, ActionType: fwk.Update}:                                           true,
 	}
 	if len(events) != len(want) {
 		t.Fatalf("got %d events", len(events))
@@ -111,7 +111,7 @@ func TestQueueingHints(t *testing.T) {
 		"allocatable grew, a device is free": {pending, nil, []*v1.Pod{a, b}, "node", full, withAllocatable(full, "3"), fwk.Queue, false},
 		"allocatable grew, still full": {pending, nil, []*v1.Pod{a, b, boundPod("x", "full", "full:2=1000")}, "node", full,
 			withAllocatable(full, "3"), fwk.QueueSkip, false},
-		"label now allows the model": {pendingA100, nil, []*v1.Pod{c}, "node", half, withLabel(half, gpu.LabelGPUProduct, "A100"), fwk.Queue, false},
+		"label now allows the model":    {pendingA100, nil, []*v1.Pod{c}, "node", half, withLabel(half, gpu.LabelGPUProduct, "A100"), fwk.Queue, false},
 		"label change, node still full": {pendingA100, nil, []*v1.Pod{a, b}, "node", full, withLabel(full, "x", "y"), fwk.QueueSkip, false},
 
 		"GPU pod deleted frees a device": {pending, []*v1.Node{full}, []*v1.Pod{b}, "delete", a, nil, fwk.Queue, false},
@@ -119,11 +119,11 @@ func TestQueueingHints(t *testing.T) {
 		"CPU pod deleted frees no GPU":   {pending, []*v1.Node{full}, []*v1.Pod{a, b}, "delete", cpuOnly, nil, fwk.QueueSkip, false},
 		// Two pods were on full; the informer already shows only one gone
 		// and one still there: the pending 2-GPU pod still does not fit.
-		"deleted, still not enough": {wholePod("p", "2").Obj(), []*v1.Node{full}, []*v1.Pod{b}, "delete", a, nil, fwk.QueueSkip, false},
-		"deleted from a vanished node": {pending, nil, nil, "delete", a, nil, fwk.QueueSkip, false},
+		"deleted, still not enough":        {wholePod("p", "2").Obj(), []*v1.Node{full}, []*v1.Pod{b}, "delete", a, nil, fwk.QueueSkip, false},
+		"deleted from a vanished node":     {pending, nil, nil, "delete", a, nil, fwk.QueueSkip, false},
 		"deleted while reserved elsewhere": {pending, []*v1.Node{full}, []*v1.Pod{b}, "delete", a, nil, fwk.QueueSkip, true},
 
-		"bound pod status update":        {pending, []*v1.Node{full}, []*v1.Pod{a, b}, "update", a, podStatusUpdate, fwk.QueueSkip, false},
+		"bound pod status update":         {pending, []*v1.Node{full}, []*v1.Pod{a, b}, "update", a, podStatusUpdate, fwk.QueueSkip, false},
 		"assignment removed frees device": {pending, []*v1.Node{full}, []*v1.Pod{withAnnotations(a), b}, "update", a, withAnnotations(a), fwk.Queue, false},
 
 		"own request changed":   {pending, nil, nil, "target", pendingShared, withAnnotations(pendingShared, gpu.AnnotationMilli, "100"), fwk.Queue, false},

@@ -202,7 +202,6 @@ func (s *Shared) AllPods() []*v1.Pod {
 	return out
 }
 
-
 // requestState is the pod's parsed GPU request, written once per cycle by
 // GPUFit's PreFilter and read by GPUFit and GPUScore.
 type requestState struct {
