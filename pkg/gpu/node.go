@@ -209,6 +209,12 @@ func NewNodeState(name string, inv Inventory, cpuFree int64) *NodeState {
 	return s
 }
 
+// Clone copies the state, without its memoised fragmentation.
+func (s *NodeState) Clone() *NodeState {
+	c := &NodeState{Name: s.Name, Inventory: s.Inventory, Free: s.Free, CPUFree: s.CPUFree, Overcommitted: s.Overcommitted}
+	return c
+}
+
 // Idle is the total milli-GPU left on the node.
 func (s *NodeState) Idle() int64 {
 	var l int64

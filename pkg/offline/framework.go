@@ -17,6 +17,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodevolumelimits"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/kubernetes/pkg/scheduler/metrics"
 	"k8s.io/kubernetes/pkg/scheduler/util/assumecache"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins"
@@ -35,6 +36,7 @@ type Options struct {
 // CSI managers, and the cluster as the snapshot. The informers are started
 // and synced; client may be a fake.
 func NewFramework(ctx context.Context, profile *config.KubeSchedulerProfile, cluster *Cluster, client clientset.Interface, opts Options) (framework.Framework, informers.SharedInformerFactory, error) {
+	metrics.Register() // idempotent; the framework instruments plugins with it
 	registry := intree.NewInTreeRegistry()
 	if err := registry.Merge(plugins.Registry()); err != nil {
 		return nil, nil, err

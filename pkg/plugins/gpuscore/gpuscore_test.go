@@ -1,0 +1,254 @@
+package gpuscore_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/queuesort"
+	st "k8s.io/kubernetes/pkg/scheduler/testing"
+	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
+	"k8s.io/kubernetes/test/utils/ktesting"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/offline"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpufit"
+	. "github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpuscore"
+)
+
+const gpuRes = v1.ResourceName(gpu.ResourceNvidiaGPU)
+
+func gpuNode(name, gpus string) *v1.Node {
+	return st.MakeNode().Name(name).Capacity(map[v1.ResourceName]string{v1.ResourceCPU: "64", v1.ResourceMemory: "256Gi", gpuRes: gpus}).Obj()
+}
+
+func bound(name, node, assignment string) *v1.Pod {
+	return st.MakePod().Name(name).Namespace("default").UID(name).Node(node).Annotation(gpu.AnnotationAssignment, assignment).Obj()
+}
+
+func sharedPod(name, milli string) *v1.Pod {
+	return st.MakePod().Name(name).Namespace("default").UID(name).Req(map[v1.ResourceName]string{v1.ResourceCPU: "1"}).Annotation(gpu.AnnotationMilli, milli).Obj()
+}
+
+func whole(name, n string) *v1.Pod {
+	return st.MakePod().Name(name).Namespace("default").UID(name).Req(map[v1.ResourceName]string{v1.ResourceCPU: "1", gpuRes: n}).Obj()
+}
+
+func staticArgs(policy gpu.Policy, tasks ...config.WorkloadTask) *config.GPUScoreArgs {
+	a := scheme.DefaultGPUScoreArgs()
+	a.Policy = string(policy)
+	if len(tasks) > 0 {
+		a.TargetWorkload.Mode = config.WorkloadStatic
+		a.TargetWorkload.Tasks = tasks
+	}
+	return a
+}
+
+// newProfile runs GPUFit and GPUScore (weight 1) in a framework over the
+// given cluster, scheduling with the offline driver.
+func newProfile(t *testing.T, args *config.GPUScoreArgs, nodes []*v1.Node, pods []*v1.Pod) (framework.Framework, *offline.Cluster) {
+	t.Helper()
+	tCtx := ktesting.Init(t)
+	cluster, err := offline.NewCluster(nodes, pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fh, err := tf.NewFramework(tCtx, []tf.RegisterPluginFunc{
+		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
+		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
+		tf.RegisterPluginAsExtensions(gpufit.Name, gpufit.New, "PreFilter", "Filter", "Reserve", "PreBind"),
+		tf.RegisterPluginAsExtensions(Name, func(ctx ctxT, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+			return New(ctx, args, h)
+		}, "PreScore", "Score"),
+	}, "gpu-scheduler", frameworkOptions(cluster)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fh, cluster
+}
+
+func TestPolicies(t *testing.T) {
+	nodes := []*v1.Node{
+		st.MakeNode().Name("cpu").Capacity(map[v1.ResourceName]string{v1.ResourceCPU: "64"}).Obj(),
+		gpuNode("idle8", "8"),
+		gpuNode("half", "2"),
+		gpuNode("busy", "4"),
+	}
+	pods := []*v1.Pod{
+		bound("h0", "half", "half:0=500"),
+		bound("b0", "busy", "busy:0=1000,1=1000,2=1000"),
+		bound("b3", "busy", "busy:3=700"),
+	}
+	wl := []config.WorkloadTask{{CPUMilli: 1000, GPUMilli: 300, GPUCount: 1, Weight: 1}, {CPUMilli: 1000, GPUMilli: 1000, GPUCount: 1, Weight: 1}}
+	tests := map[string]struct {
+		args     *config.GPUScoreArgs
+		pod      *v1.Pod
+		wantNode string
+	}{
+		// The 300 share exactly fills busy's last device: no idle GPU left
+		// there for typical tasks to miss.
+		"fragmentation share":  {staticArgs(gpu.Fragmentation, wl...), sharedPod("p", "300"), "busy"},
+		"packing share":        {staticArgs(gpu.Packing), sharedPod("p", "300"), "busy"},
+		"best fit share":       {staticArgs(gpu.BestFit), sharedPod("p", "300"), "busy"},
+		"spread share":         {staticArgs(gpu.Spread), sharedPod("p", "300"), "idle8"},
+		"fragmentation whole":  {staticArgs(gpu.Fragmentation, wl...), whole("p", "1"), "half"},
+		"packing whole":        {staticArgs(gpu.Packing), whole("p", "1"), "half"},
+		"spread whole":         {staticArgs(gpu.Spread), whole("p", "1"), "idle8"},
+		"cpu only, any policy": {staticArgs(gpu.Spread), st.MakePod().Name("c").UID("c").Req(map[v1.ResourceName]string{v1.ResourceCPU: "1"}).Obj(), "cpu"},
+		"cpu only, fragmentation": {staticArgs(gpu.Fragmentation, wl...),
+			st.MakePod().Name("c").UID("c").Req(map[v1.ResourceName]string{v1.ResourceCPU: "1"}).Obj(), "cpu"},
+		"learned (no history yet) falls back to best fit": {scheme.DefaultGPUScoreArgs(), sharedPod("p", "300"), "busy"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tCtx := ktesting.Init(t)
+			fh, cluster := newProfile(t, tc.args, nodes, pods)
+			res := offline.Schedule(tCtx, fh, cluster, tc.pod)
+			if res.Err != nil {
+				t.Fatal(res.Err)
+			}
+			if res.Node != tc.wantNode {
+				t.Errorf("want %s, got %s (scores %v)", tc.wantNode, res.Node, res.Scores)
+			}
+			best := 0
+			for _, s := range res.Scores {
+				if s.TotalScore < 0 || s.TotalScore > fwk.MaxNodeScore {
+					t.Errorf("%s: score %d out of range", s.Name, s.TotalScore)
+				}
+				if s.TotalScore == fwk.MaxNodeScore {
+					best++
+				}
+			}
+			if best != 1 {
+				t.Errorf("want one node at 100, got %v", res.Scores)
+			}
+		})
+	}
+}
+
+func TestNormalizeByRank(t *testing.T) {
+	scores := fwk.NodeScoreList{{Name: "a", Score: -5}, {Name: "b", Score: 1 << 40}, {Name: "c", Score: -5}, {Name: "d", Score: 7}}
+	NormalizeByRank(scores)
+	want := map[string]int64{"a": 98, "b": 100, "c": 98, "d": 99}
+	for _, s := range scores {
+		if s.Score != want[s.Name] {
+			t.Errorf("%s: want %d, got %d", s.Name, want[s.Name], s.Score)
+		}
+	}
+	var many fwk.NodeScoreList
+	for i := 0; i < 300; i++ {
+		many = append(many, fwk.NodeScore{Name: fmt.Sprint(i), Score: int64(i)})
+	}
+	NormalizeByRank(many)
+	if many[0].Score != 0 || many[299].Score != 100 || many[200].Score != 1 {
+		t.Errorf("rank floor: %v %v %v", many[0], many[200], many[299])
+	}
+}
+
+// The device reserved is the device the score assumed: for shared pods under
+// Fragmentation, one of the devices whose fragmentation growth is minimal,
+// computed here by brute force from the definition.
+func TestReserveTakesTheScoredDevice(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	rng := rand.New(rand.NewSource(7))
+	var nodes []*v1.Node
+	for i := 0; i < 12; i++ {
+		nodes = append(nodes, gpuNode(fmt.Sprintf("n%02d", i), fmt.Sprint(1+rng.Intn(8))))
+	}
+	tasks := []config.WorkloadTask{
+		{CPUMilli: 2000, GPUMilli: 250, GPUCount: 1, Weight: 3},
+		{CPUMilli: 4000, GPUMilli: 500, GPUCount: 1, Weight: 2},
+		{CPUMilli: 8000, GPUMilli: 1000, GPUCount: 2, Weight: 1},
+		{CPUMilli: 1000, Weight: 1},
+	}
+	args := staticArgs(gpu.Fragmentation, tasks...)
+	wl, err := StaticWorkload(tasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fh, cluster := newProfile(t, args, nodes, nil)
+	client := fh.ClientSet()
+	trk := sharedTracker(fh)
+	checked := 0
+	for i := 0; i < 120; i++ {
+		var pod *v1.Pod
+		if rng.Intn(3) > 0 {
+			pod = sharedPod(fmt.Sprintf("p%d", i), fmt.Sprint(50*(1+rng.Intn(19))))
+		} else {
+			pod = whole(fmt.Sprintf("p%d", i), fmt.Sprint(1+rng.Intn(2)))
+		}
+		createPod(t, client, pod)
+		res := offline.Schedule(tCtx, fh, cluster, pod)
+		if res.Node == "" {
+			continue
+		}
+		ni, _ := cluster.NodeInfos().Get(res.Node)
+		before := sharedStateOf(fh, ni)
+		req, _ := gpu.ParseRequest(pod, gpu.DefaultRequestOptions)
+		if _, err := offline.Commit(tCtx, fh, cluster, pod, res, prebound(t, client)); err != nil {
+			t.Fatal(err)
+		}
+		_, r, ok := trk.Reserved(pod.UID)
+		if !ok {
+			t.Fatalf("%s: no reservation", pod.Name)
+		}
+		if req.Shared() {
+			bestDelta := math.Inf(1)
+			deltas := map[int]float64{}
+			for d := 0; d < int(before.Count); d++ {
+				if before.Free[d] < req.Milli {
+					continue
+				}
+				after := before.Clone()
+				after.Free[d] -= req.Milli
+				after.CPUFree -= req.CPU
+				deltas[d] = wl.Frag(after) - wl.Frag(before.Clone())
+				bestDelta = math.Min(bestDelta, deltas[d])
+			}
+			got := r.Choice.Devices()[0]
+			if deltas[got] > bestDelta+1.0/64 {
+				t.Fatalf("%s on %s: reserved device %d (ΔF %.2f) but device with ΔF %.2f exists (free %v)",
+					pod.Name, res.Node, got, deltas[got], bestDelta, before.Free[:before.Count])
+			}
+			checked++
+		}
+		// No device is ever over-booked.
+		after := sharedStateOf(fh, ni)
+		if after.Overcommitted {
+			t.Fatalf("%s overcommitted: %v", res.Node, after.Free[:after.Count])
+		}
+	}
+	if checked < 30 {
+		t.Errorf("only %d shared placements checked", checked)
+	}
+}
+
+func TestNewValidatesArgs(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	fh, _ := newProfile(t, scheme.DefaultGPUScoreArgs(), nil, nil)
+	bad := scheme.DefaultGPUScoreArgs()
+	bad.Policy = "Random"
+	bad.TargetWorkload.Tasks = []config.WorkloadTask{{GPUMilli: 300, GPUCount: 2, Weight: 1}}
+	_, err := New(tCtx, bad, fh)
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	for _, want := range []string{`args.policy: Unsupported value: "Random"`, "args.targetWorkload.tasks: Forbidden: tasks are only used when mode is Static"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not contain %q", err, want)
+		}
+	}
+	bad = staticArgs(gpu.Fragmentation, config.WorkloadTask{GPUMilli: 300, GPUCount: 2, Weight: 1})
+	if _, err := New(tCtx, bad, fh); err == nil || !strings.Contains(err.Error(), "must be 1 for a shared GPU task") {
+		t.Errorf("got %v", err)
+	}
+}
