@@ -1,0 +1,222 @@
+package plugins_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/kubernetes/pkg/scheduler/metrics"
+	st "k8s.io/kubernetes/pkg/scheduler/testing"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpufit"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpuscore"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/leastrequested"
+)
+
+// A node with 8 GPUs whose devices are all at different levels, so that a
+// shared pod has 8 candidate devices to weigh (the worst case for the
+// fragmentation score), and a target workload as large as openb's (35 kinds).
+func benchNode() (*v1.Node, []*v1.Pod) {
+	node := st.MakeNode().Name("gpu-8").Capacity(map[v1.ResourceName]string{
+		v1.ResourceCPU: "96", v1.ResourceMemory: "384Gi", gpu.ResourceNvidiaGPU: "8"}).
+		Label(gpu.LabelGPUProduct, "G2").Obj()
+	var pods []*v1.Pod
+	for d, used := range []int{0, 100, 230, 320, 470, 650, 810, 900} {
+		if used == 0 {
+			continue
+		}
+		p := st.MakePod().Name(fmt.Sprintf("used-%d", d)).UID(fmt.Sprintf("used-%d", d)).Namespace("default").Node("gpu-8").
+			Req(map[v1.ResourceName]string{v1.ResourceCPU: "2", v1.ResourceMemory: "8Gi"}).
+			Annotation(gpu.AnnotationMilli, fmt.Sprint(used)).
+			Annotation(gpu.AnnotationAssignment, fmt.Sprintf("gpu-8:%d=%d", d, used)).Obj()
+		pods = append(pods, p)
+	}
+	return node, pods
+}
+
+func benchWorkload() []config.WorkloadTask {
+	var tasks []config.WorkloadTask
+	millis := []int32{810, 470, 320, 650, 230, 500, 100, 900, 250, 750}
+	for i := 0; i < 35; i++ {
+		t := config.WorkloadTask{CPUMilli: int64(1000 * (1 + i%16)), Weight: int64(35 - i)}
+		switch {
+		case i%7 == 0:
+			// CPU-only.
+		case i%3 == 0:
+			t.GPUMilli, t.GPUCount = 1000, int32(1<<(i%4))
+		default:
+			t.GPUMilli, t.GPUCount = millis[i%len(millis)], 1
+		}
+		tasks = append(tasks, t)
+	}
+	return tasks
+}
+
+var benchPods = map[string]*v1.Pod{
+	"shared": st.MakePod().Name("p").UID("p").Namespace("default").Req(map[v1.ResourceName]string{v1.ResourceCPU: "4", v1.ResourceMemory: "16Gi"}).
+		Annotation(gpu.AnnotationMilli, "200").Obj(),
+	"whole": st.MakePod().Name("p").UID("p").Namespace("default").Req(map[v1.ResourceName]string{v1.ResourceCPU: "4", v1.ResourceMemory: "16Gi", gpu.ResourceNvidiaGPU: "1"}).Obj(),
+	"cpu":   st.MakePod().Name("p").UID("p").Namespace("default").Req(map[v1.ResourceName]string{v1.ResourceCPU: "4", v1.ResourceMemory: "16Gi"}).Obj(),
+}
+
+type benchEnv struct {
+	fit    fwk.FilterPlugin
+	score  fwk.ScorePlugin
+	least  fwk.ScorePlugin
+	ni     fwk.NodeInfo
+	handle fwk.Handle
+	pre    func(context.Context, fwk.CycleState, *v1.Pod)
+}
+
+func newBenchEnv(b *testing.B, policy gpu.Policy) *benchEnv {
+	metrics.Register()
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	node, pods := benchNode()
+	snapshot := cache.NewSnapshot(pods, []*v1.Node{node})
+	client := fake.NewClientset()
+	fh, err := frameworkruntime.NewFramework(ctx, nil, nil,
+		frameworkruntime.WithSnapshotSharedLister(snapshot),
+		frameworkruntime.WithClientSet(client),
+		frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(client, 0)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	fitPl, err := gpufit.New(ctx, nil, fh)
+	if err != nil {
+		b.Fatal(err)
+	}
+	args := scheme.DefaultGPUScoreArgs()
+	args.Policy = string(policy)
+	args.TargetWorkload.Mode = config.WorkloadStatic
+	args.TargetWorkload.Tasks = benchWorkload()
+	scorePl, err := gpuscore.New(ctx, args, fh)
+	if err != nil {
+		b.Fatal(err)
+	}
+	leastPl, err := leastrequested.New(ctx, nil, fh)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ni, _ := snapshot.Get("gpu-8")
+	e := &benchEnv{fit: fitPl.(fwk.FilterPlugin), score: scorePl.(fwk.ScorePlugin), least: leastPl.(fwk.ScorePlugin), ni: ni, handle: fh}
+	e.pre = func(ctx context.Context, cs fwk.CycleState, pod *v1.Pod) {
+		fitPl.(fwk.PreFilterPlugin).PreFilter(ctx, cs, pod, nil)
+		scorePl.(fwk.PreScorePlugin).PreScore(ctx, cs, pod, nil)
+		leastPl.(fwk.PreScorePlugin).PreScore(ctx, cs, pod, nil)
+	}
+	return e
+}
+
+// runBaseline measures the in-tree NodeResourcesFit Filter plus
+// LeastAllocated Score on the same node and pod, in the same run, so that
+// our cost prints as a ratio to it.
+func runBaseline(b *testing.B, pod *v1.Pod) float64 {
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	node, pods := benchNode()
+	snapshot := cache.NewSnapshot(pods, []*v1.Node{node})
+	fh, _ := frameworkruntime.NewFramework(ctx, nil, nil, frameworkruntime.WithSnapshotSharedLister(snapshot))
+	fts := plfeature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+	fts.EnableDRAExtendedResource = false
+	pl, err := noderesources.NewFit(ctx, &schedconfig.NodeResourcesFitArgs{ScoringStrategy: &schedconfig.ScoringStrategy{
+		Type: schedconfig.LeastAllocated, Resources: []schedconfig.ResourceSpec{{Name: "cpu", Weight: 1}, {Name: "memory", Weight: 1}}}}, fh, fts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ni, _ := snapshot.Get("gpu-8")
+	cs := framework.NewCycleState()
+	pl.(fwk.PreFilterPlugin).PreFilter(ctx, cs, pod, nil)
+	pl.(fwk.PreScorePlugin).PreScore(ctx, cs, pod, nil)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		pl.(fwk.FilterPlugin).Filter(ctx, cs, pod, ni)
+		pl.(fwk.ScorePlugin).Score(ctx, cs, pod, ni)
+	}
+	b.StopTimer()
+	return float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+}
+
+// BenchmarkFilterScore is the per-node cost of our plugins for one pod:
+// GPUFit Filter, GPUScore Score and LeastRequested Score, on a warm cache.
+func BenchmarkFilterScore(b *testing.B) {
+	base := map[string]float64{}
+	for _, kind := range []string{"shared", "whole", "cpu"} {
+		b.Run("baseline-NodeResourcesFit/"+kind, func(b *testing.B) { base[kind] = runBaseline(b, benchPods[kind]) })
+	}
+	for _, policy := range gpu.Policies {
+		for _, kind := range []string{"shared", "whole", "cpu"} {
+			b.Run(fmt.Sprintf("%s/%s", policy, kind), func(b *testing.B) {
+				e := newBenchEnv(b, policy)
+				ctx := klog.NewContext(context.Background(), klog.Background())
+				pod := benchPods[kind]
+				cs := framework.NewCycleState()
+				e.pre(ctx, cs, pod)
+				e.fit.Filter(ctx, cs, pod, e.ni) // warm the node's state
+				e.score.Score(ctx, cs, pod, e.ni)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if kind != "cpu" {
+						if s := e.fit.Filter(ctx, cs, pod, e.ni); !s.IsSuccess() {
+							b.Fatal(s)
+						}
+					}
+					e.score.Score(ctx, cs, pod, e.ni)
+					e.least.Score(ctx, cs, pod, e.ni)
+				}
+				b.StopTimer()
+				ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+				if base[kind] > 0 {
+					b.ReportMetric(ns/base[kind], "x-baseline")
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkScoreOnly isolates GPUScore (the fragmentation score target is
+// under 2 µs per node).
+func BenchmarkScoreOnly(b *testing.B) {
+	for _, kind := range []string{"shared", "whole", "cpu"} {
+		b.Run(string(gpu.Fragmentation)+"/"+kind, func(b *testing.B) {
+			e := newBenchEnv(b, gpu.Fragmentation)
+			ctx := klog.NewContext(context.Background(), klog.Background())
+			pod := benchPods[kind]
+			cs := framework.NewCycleState()
+			e.pre(ctx, cs, pod)
+			e.score.Score(ctx, cs, pod, e.ni)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				e.score.Score(ctx, cs, pod, e.ni)
+			}
+		})
+	}
+}
+
+// BenchmarkStateRebuild is the cost when the node changed since the last
+// cycle: the device state is derived again from the node's pods.
+func BenchmarkStateRebuild(b *testing.B) {
+	node, pods := benchNode()
+	tr := gpu.NewTracker(gpu.DefaultNodeOptions)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		tr.Build(node, int64(i), pods, 96000)
+	}
+}
+
