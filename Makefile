@@ -12,7 +12,7 @@ LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.37.2 \
 	-X github.com/gpu-scheduler/gpu-scheduler/pkg/version.Version=$(VERSION)
 PKGS := ./...
 
-.PHONY: all build test unit lint bench fuzz clean help
+.PHONY: all build binaries run test unit lint bench fuzz manifests clean help
 
 all: build
 
@@ -29,6 +29,29 @@ $(BIN)/gpu-scheduler: FORCE
 	$(GO) build -ldflags "$(LDFLAGS)" -o $@ ./cmd/gpu-scheduler
 
 FORCE:
+
+# The control plane and the vanilla scheduler, built from the versions go.mod
+# pins (tool directives). Rebuilt only when go.mod or go.sum change.
+UPSTREAM_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.37.2 \
+	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37
+$(BIN)/etcd: go.mod go.sum
+	$(GO) build -o $@ go.etcd.io/etcd/server/v3
+$(BIN)/kube-apiserver: go.mod go.sum
+	$(GO) build -ldflags "$(UPSTREAM_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+$(BIN)/kube-scheduler: go.mod go.sum
+	$(GO) build -ldflags "$(UPSTREAM_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-scheduler
+$(BIN)/gpu-run: FORCE
+	$(GO) build -o $@ ./cmd/gpu-run
+
+binaries: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-scheduler $(BIN)/gpu-scheduler
+
+# The main job: a local control plane with a GPU fleet (or $$KUBECONFIG's
+# cluster), gpu-scheduler beside it, the examples, and a placement table.
+run: binaries $(BIN)/gpu-run
+	$(BIN)/gpu-run --bin $(BIN) $(RUN_ARGS)
+
+manifests:
+	$(GO) run ./hack/genmanifests
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -20,6 +20,9 @@ import (
 type Tracker struct {
 	opts    NodeOptions
 	reqOpts RequestOptions
+	// alive reports whether a reservation's pod still exists (and is not
+	// bound to another node); nil means always.
+	alive atomic.Pointer[func(types.UID, Reservation) bool]
 
 	mu    sync.RWMutex
 	slots map[string]*slot
@@ -53,6 +56,10 @@ func NewTracker(opts NodeOptions) *Tracker {
 		byUID:   map[types.UID]string{},
 	}
 }
+
+// SetAlive tells the tracker how to check that a reserved pod still exists,
+// for reservations whose pod is not in the node's view.
+func (t *Tracker) SetAlive(f func(types.UID, Reservation) bool) { t.alive.Store(&f) }
 
 // Options returns what the tracker reads.
 func (t *Tracker) Options() NodeOptions { return t.opts }
@@ -94,7 +101,7 @@ func (t *Tracker) Lookup(node string, generation int64) *NodeState {
 // reservations, caches it under the generation, and returns it. cpuFree is
 // the node's allocatable CPU minus what its pods request.
 func (t *Tracker) Build(node *v1.Node, generation int64, pods []*v1.Pod, cpuFree int64) *NodeState {
-	st := t.Compute(node, pods, cpuFree, "")
+	st := t.Compute(node, pods, cpuFree, "", true)
 	s := t.slot(node.Name, true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -107,7 +114,13 @@ func (t *Tracker) Build(node *v1.Node, generation int64, pods []*v1.Pod, cpuFree
 
 // Compute is Build without the cache. The pod with UID exclude, if any, is
 // left out: Reserve evaluates a node as it was before the pod was assumed.
-func (t *Tracker) Compute(node *v1.Node, pods []*v1.Pod, cpuFree int64, exclude types.UID) *NodeState {
+//
+// pods is the scheduler's snapshot of the node (snapshot), or the informer's
+// (not). A reservation counts while its pod is in that view without an
+// assignment, or exists unbound elsewhere (in flight). It is retired when the
+// snapshot shows the pod with its assignment (never from the informer's view,
+// which runs ahead of the snapshot), or when the pod is gone.
+func (t *Tracker) Compute(node *v1.Node, pods []*v1.Pod, cpuFree int64, exclude types.UID, snapshot bool) *NodeState {
 	s := t.slot(node.Name, true)
 	var done []types.UID
 	defer func() {
@@ -120,10 +133,7 @@ func (t *Tracker) Compute(node *v1.Node, pods []*v1.Pod, cpuFree int64, exclude 
 	defer s.mu.Unlock()
 	st := NewNodeState(node.Name, ReadInventory(node, t.opts), cpuFree)
 	st.key.version = s.version.Load()
-	var handled map[types.UID]bool
-	if len(s.reservations) > 0 {
-		handled = make(map[types.UID]bool, len(s.reservations))
-	}
+	handled := make(map[types.UID]bool, len(s.reservations))
 	var unknown []Request
 	for _, pod := range pods {
 		if exclude != "" && pod.UID == exclude {
@@ -132,9 +142,13 @@ func (t *Tracker) Compute(node *v1.Node, pods []*v1.Pod, cpuFree int64, exclude 
 		if a, ok := assignmentFor(pod, node.Name); ok {
 			st.TakeAssignment(a)
 			if _, reserved := s.reservations[pod.UID]; reserved {
-				// The annotation is in; the reservation has done its job.
-				delete(s.reservations, pod.UID)
-				done = append(done, pod.UID)
+				handled[pod.UID] = true
+				if snapshot {
+					// The scheduler sees the annotation: the reservation
+					// has done its job.
+					delete(s.reservations, pod.UID)
+					done = append(done, pod.UID)
+				}
 			}
 			continue
 		}
@@ -147,10 +161,18 @@ func (t *Tracker) Compute(node *v1.Node, pods []*v1.Pod, cpuFree int64, exclude 
 			unknown = append(unknown, req)
 		}
 	}
+	alive := t.alive.Load()
 	for uid, r := range s.reservations {
-		if !handled[uid] && uid != exclude {
-			st.TakeChoice(r.Choice)
+		if handled[uid] || uid == exclude {
+			continue
 		}
+		if alive != nil && !(*alive)(uid, r) {
+			// The pod is gone: the reservation is stale.
+			delete(s.reservations, uid)
+			done = append(done, uid)
+			continue
+		}
+		st.TakeChoice(r.Choice)
 	}
 	for i := range unknown {
 		devices, milli, ok := unknown[i].PerDevice(st.MemoryMiB)

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
+	klogtesting "k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -321,6 +323,8 @@ func TestReserveConcurrentUnreserve(t *testing.T) {
 	refused := 0
 	for i := 0; i < 600; i++ {
 		pod := sharedPod(fmt.Sprintf("p%d", i), "300").Obj()
+		// The pod exists in the API while the scheduler works on it.
+		e.factory.Core().V1().Pods().Informer().GetStore().Add(pod)
 		cs := framework.NewCycleState()
 		if _, s := e.pl.PreFilter(tCtx, cs, pod, nil); !s.IsSuccess() {
 			t.Fatal(s)
@@ -352,6 +356,50 @@ func TestReserveConcurrentUnreserve(t *testing.T) {
 	// Only the pods never released still hold devices: at most 3 per device.
 	if n := len(tr.Reservations()); n > 6 || n == 0 {
 		t.Errorf("reservations left: %d", n)
+	}
+}
+
+// A reservation whose pod was deleted no longer holds devices, even before
+// any event handler runs: the scheduler's cache may already have dropped the
+// pod, and a stale reservation would block the device (found by the e2e
+// suite). A reservation of an unbound pod that still exists keeps holding.
+func TestStaleReservation(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	node := gpuNode("n", "1").Obj()
+	e := newEnv(tCtx, t, nil, []*v1.Node{node}, nil)
+	first := wholePod("first", "1").Obj()
+	store := e.factory.Core().V1().Pods().Informer().GetStore()
+	store.Add(first)
+	cs := framework.NewCycleState()
+	e.pl.PreFilter(tCtx, cs, first, nil)
+	if s := e.pl.Reserve(tCtx, cs, first, "n"); !s.IsSuccess() {
+		t.Fatal(s)
+	}
+	second := wholePod("second", "1").Obj()
+	filter := func() *fwk.Status {
+		cs := framework.NewCycleState()
+		e.pl.PreFilter(tCtx, cs, second, nil)
+		return e.pl.Filter(tCtx, cs, second, e.nodeInfo(t, "n"))
+	}
+	// In flight: the device is held, in the snapshot view and in the hint's.
+	if s := filter(); s.IsSuccess() {
+		t.Fatalf("the reserved device must be held")
+	}
+	logger, _ := ktestingLogger(t)
+	if h, _ := e.pl.isSchedulableAfterNodeChange(logger, second, nil, node); h != fwk.QueueSkip {
+		t.Errorf("hint: the reserved device must be held")
+	}
+	// Deleted: the informer no longer has it; no handler has run.
+	store.Delete(first)
+	e.snapshot = cache.NewSnapshot(nil, []*v1.Node{node}) // a new cycle's view
+	if s := filter(); !s.IsSuccess() {
+		t.Fatalf("stale reservation still holds the device: %v", s)
+	}
+	if _, _, ok := e.pl.shared.Tracker().Reserved("first"); ok {
+		t.Errorf("stale reservation not dropped")
+	}
+	if h, _ := e.pl.isSchedulableAfterNodeChange(logger, second, nil, node); h != fwk.Queue {
+		t.Errorf("hint: want Queue once the reserved pod is gone")
 	}
 }
 
@@ -387,4 +435,8 @@ func TestSignPod(t *testing.T) {
 	if _, s := e.pl.SignPod(tCtx, sharedPod("d", "x").Obj()); s.IsSuccess() {
 		t.Errorf("an invalid request cannot be signed")
 	}
+}
+
+func ktestingLogger(t *testing.T) (klog.Logger, context.Context) {
+	return klogtesting.NewTestContext(t)
 }

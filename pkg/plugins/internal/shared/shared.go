@@ -45,7 +45,7 @@ func For(h fwk.Handle) *Shared {
 	s := profiles[h]
 	if s == nil {
 		s = &Shared{}
-		s.tracker.Store(gpu.NewTracker(gpu.DefaultNodeOptions))
+		s.Configure(gpu.DefaultNodeOptions)
 		s.scoring.Store(&scoring{policy: gpu.BestFit, learner: gpu.NewLearner(0.95, 10000)})
 		profiles[h] = s
 	}
@@ -55,7 +55,9 @@ func For(h fwk.Handle) *Shared {
 // Configure sets where devices are read from (GPUFit's args). It must run
 // before scheduling starts.
 func (s *Shared) Configure(opts gpu.NodeOptions) {
-	s.tracker.Store(gpu.NewTracker(opts))
+	t := gpu.NewTracker(opts)
+	t.SetAlive(s.Alive)
+	s.tracker.Store(t)
 }
 
 // SetScoring sets the policy and target workload (GPUScore's args). static
@@ -111,11 +113,11 @@ func (s *Shared) State(nodeInfo fwk.NodeInfo) *gpu.NodeState {
 // repeated Reserve), so that reserving twice gives the same devices.
 func (s *Shared) StateExcluding(nodeInfo fwk.NodeInfo, uid types.UID) *gpu.NodeState {
 	if _, _, reserved := s.Tracker().Reserved(uid); reserved {
-		return s.Tracker().Compute(nodeInfo.Node(), podsOf(nodeInfo), cpuFree(nodeInfo), uid)
+		return s.Tracker().Compute(nodeInfo.Node(), podsOf(nodeInfo), cpuFree(nodeInfo), uid, true)
 	}
 	for _, p := range nodeInfo.GetPods() {
 		if p.GetPod().UID == uid {
-			return s.Tracker().Compute(nodeInfo.Node(), podsOf(nodeInfo), cpuFree(nodeInfo), uid)
+			return s.Tracker().Compute(nodeInfo.Node(), podsOf(nodeInfo), cpuFree(nodeInfo), uid, true)
 		}
 	}
 	return s.State(nodeInfo)
@@ -156,6 +158,20 @@ func (s *Shared) UseInformer(informer cache.SharedIndexInformer) error {
 	return nil
 }
 
+// Alive reports whether a reservation's pod still exists in the informer.
+func (s *Shared) Alive(uid types.UID, r gpu.Reservation) bool {
+	idx := s.podIndex.Load()
+	if idx == nil || r.Name == "" {
+		return true
+	}
+	o, ok, err := (*idx).GetByKey(r.Namespace + "/" + r.Name)
+	if err != nil || !ok {
+		return false
+	}
+	p, ok := o.(*v1.Pod)
+	return ok && p.UID == uid && p.DeletionTimestamp == nil
+}
+
 // PodsOnNode lists the running pods bound to a node, from the informer. ok is
 // false when no informer is wired (then callers must assume the worst).
 func (s *Shared) PodsOnNode(node string) ([]*v1.Pod, bool) {
@@ -184,7 +200,7 @@ func (s *Shared) CurrentState(node *v1.Node) (*gpu.NodeState, bool) {
 	if !ok {
 		return nil, false
 	}
-	return s.Tracker().Compute(node, pods, 0, ""), true
+	return s.Tracker().Compute(node, pods, 0, "", false), true
 }
 
 // AllPods lists every pod in the informer (nil without one).

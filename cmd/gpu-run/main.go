@@ -1,0 +1,274 @@
+// Command gpu-run is `make run`: it brings up a local control plane (etcd and
+// kube-apiserver built from the pinned modules) with a small GPU fleet, or
+// uses the cluster in $KUBECONFIG, starts gpu-scheduler beside it with the
+// shipped configuration, submits manifests/examples, and prints where each
+// pod went, on which devices, and why the pending ones wait.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpu-scheduler/gpu-scheduler/manifests"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/fakekubelet"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/kubeapply"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/localcp"
+)
+
+func main() {
+	bin := flag.String("bin", "bin", "directory with gpu-scheduler, etcd and kube-apiserver")
+	keep := flag.Bool("keep", false, "keep everything running until Ctrl-C (prints the kubeconfig)")
+	namespace := flag.String("namespace", "gpu-demo", "namespace for the example pods")
+	timeout := flag.Duration("timeout", 2*time.Minute, "how long to wait for the examples to settle")
+	flag.Parse()
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := run(ctx, *bin, *namespace, *keep, *timeout); err != nil {
+		fmt.Fprintln(os.Stderr, "gpu-run:", err)
+		os.Exit(1)
+	}
+}
+
+func step(format string, args ...any) {
+	fmt.Printf("==> "+format+"\n", args...)
+}
+
+func run(ctx context.Context, bin, namespace string, keep bool, timeout time.Duration) error {
+	bin, _ = filepath.Abs(bin)
+	var cfg *rest.Config
+	var schedKubeconfig, dir string
+	if kc := os.Getenv("KUBECONFIG"); kc != "" {
+		var err error
+		if cfg, err = clientcmd.BuildConfigFromFlags("", kc); err != nil {
+			return err
+		}
+		step("using the cluster in KUBECONFIG (%s)", cfg.Host)
+		schedKubeconfig = kc
+		if dir, err = os.MkdirTemp("", "gpu-run-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	} else {
+		step("starting a local control plane (etcd, kube-apiserver v1.37.2) on 127.0.0.1")
+		start := time.Now()
+		cp, err := localcp.Start(ctx, localcp.Options{BinDir: bin})
+		if err != nil {
+			return err
+		}
+		defer cp.Stop()
+		cfg, dir = cp.Config, cp.Dir
+		step("control plane ready in %.1fs: %s", time.Since(start).Seconds(), cp.URL)
+		a, err := kubeapply.New(cfg)
+		if err != nil {
+			return err
+		}
+		if _, err := a.Apply(ctx, manifests.RBAC, "kube-system", false); err != nil {
+			return fmt.Errorf("applying manifests/rbac.yaml: %w", err)
+		}
+		step("applied manifests/rbac.yaml; gpu-scheduler runs as its ServiceAccount, with that RBAC only")
+		if schedKubeconfig, err = cp.WriteKubeconfig(localcp.UserGPUScheduler, filepath.Join(dir, "gpu-scheduler.kubeconfig")); err != nil {
+			return err
+		}
+		client := kubernetes.NewForConfigOrDie(cfg)
+		if err := fleet.Create(ctx, client, fleet.Demo()...); err != nil {
+			return err
+		}
+		step("registered %d fake nodes with GFD labels; a fake kubelet keeps them Ready", len(fleet.Demo()))
+		go fakekubelet.New(client).Run(ctx)
+		if keep {
+			fmt.Printf("    kubeconfig: %s\n", cp.Kubeconfig)
+		}
+	}
+	client := kubernetes.NewForConfigOrDie(cfg)
+
+	sched, err := localcp.StartScheduler(ctx, localcp.SchedulerOptions{
+		Name: "gpu-scheduler", Binary: filepath.Join(bin, "gpu-scheduler"), Config: manifests.SchedulerConfig,
+		Kubeconfig: schedKubeconfig, Dir: dir, Args: []string{"--v=2"},
+	})
+	if err != nil {
+		return err
+	}
+	defer sched.Stop(10 * time.Second)
+	if err := sched.WaitHealthy(ctx, time.Minute); err != nil {
+		return err
+	}
+	step("gpu-scheduler is up (pid %d, https://127.0.0.1:%d, log %s)", sched.Pid(), sched.Port, sched.LogPath)
+	if err := waitLeader(ctx, client); err != nil {
+		return fmt.Errorf("%w\n%s", err, sched.Tail(3000))
+	}
+
+	if err := submit(ctx, client, cfg, namespace); err != nil {
+		return err
+	}
+	pods, err := settle(ctx, client, namespace, timeout)
+	if err != nil {
+		return err
+	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	printTable(pods, nodes.Items)
+	if keep {
+		step("everything keeps running; Ctrl-C stops it")
+		<-ctx.Done()
+	}
+	return nil
+}
+
+func waitLeader(ctx context.Context, client kubernetes.Interface) error {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		l, err := client.CoordinationV1().Leases("kube-system").Get(ctx, "gpu-scheduler", metav1.GetOptions{})
+		if err == nil && ptr.Deref(l.Spec.HolderIdentity, "") != "" {
+			step("leader: %s (lease kube-system/gpu-scheduler)", *l.Spec.HolderIdentity)
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("no gpu-scheduler leader after a minute")
+}
+
+func submit(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, namespace string) error {
+	_, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	a, err := kubeapply.New(cfg)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, ex := range manifests.Examples() {
+		// Fresh pods each run: a pod's spec cannot change once scheduled.
+		err := client.CoreV1().Pods(namespace).Delete(ctx, ex.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		for {
+			if _, err := client.CoreV1().Pods(namespace).Get(ctx, ex.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if _, err := a.Apply(ctx, ex.YAML, namespace, false); err != nil {
+			return fmt.Errorf("examples/%s.yaml: %w", ex.Name, err)
+		}
+		names = append(names, ex.Name)
+	}
+	step("submitted manifests/examples into namespace %s: %s", namespace, strings.Join(names, ", "))
+	return nil
+}
+
+// settle waits until every example is bound or marked unschedulable.
+func settle(ctx context.Context, client kubernetes.Interface, namespace string, timeout time.Duration) ([]v1.Pod, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		done := 0
+		for _, p := range list.Items {
+			if p.Spec.NodeName != "" || unschedulable(&p) != "" {
+				done++
+			}
+		}
+		if done == len(list.Items) || time.Now().After(deadline) {
+			sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+			return list.Items, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func unschedulable(p *v1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable {
+			return c.Message
+		}
+	}
+	return ""
+}
+
+func printTable(pods []v1.Pod, nodes []v1.Node) {
+	models := map[string]string{}
+	for _, n := range nodes {
+		models[n.Name] = n.Labels[gpu.LabelGPUProduct]
+	}
+	fmt.Println()
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "POD\tREQUEST\tNODE\tMODEL\tDEVICES\tSTATUS")
+	for i := range pods {
+		p := &pods[i]
+		node, model, devices := "-", "-", "-"
+		status := string(p.Status.Phase)
+		if p.Spec.NodeName != "" {
+			node = p.Spec.NodeName
+			if m := models[node]; m != "" {
+				model = m
+			}
+			if a, err := gpu.ParseAssignment(p.Annotations[gpu.AnnotationAssignment]); err == nil {
+				var parts []string
+				for _, s := range a.Shares {
+					if s.Milli == gpu.MilliPerGPU {
+						parts = append(parts, fmt.Sprintf("gpu%d", s.Index))
+					} else {
+						parts = append(parts, fmt.Sprintf("gpu%d:%dm", s.Index, s.Milli))
+					}
+				}
+				devices = strings.Join(parts, ",")
+			}
+		} else if msg := unschedulable(p); msg != "" {
+			status = "Pending: " + msg
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, describe(p), node, model, devices, status)
+	}
+	w.Flush()
+	fmt.Println()
+}
+
+func describe(p *v1.Pod) string {
+	r, err := gpu.ParseRequest(p, gpu.DefaultRequestOptions)
+	if err != nil {
+		return "invalid"
+	}
+	var s string
+	switch {
+	case r.Count > 0:
+		s = fmt.Sprintf("%d GPU", r.Count)
+	case r.Milli > 0:
+		s = fmt.Sprintf("%dm GPU", r.Milli)
+	case r.MemoryMiB > 0:
+		s = fmt.Sprintf("%dMiB GPU", r.MemoryMiB)
+	default:
+		s = "CPU only"
+	}
+	if !r.Models.Empty() {
+		s += " " + r.Models.String()
+	}
+	return s
+}

@@ -1,0 +1,222 @@
+// Package fakekubelet plays the kubelet for fake nodes (label
+// gpu-scheduler.io/fake-node=true): it renews their node leases and Ready
+// condition so that a node lifecycle controller (kind) keeps them Ready,
+// moves pods bound to them to Running, and finishes their graceful deletes.
+// Nothing is executed. It is level-based: every resync looks at all pods.
+package fakekubelet
+
+import (
+	"context"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
+)
+
+// Kubelet is the fake kubelet of all fake nodes.
+type Kubelet struct {
+	client  kubernetes.Interface
+	factory informers.SharedInformerFactory
+	nodes   cache.Indexer
+	pods    cache.Indexer
+	queue   workqueue.TypedRateLimitingInterface[string]
+	// HeartbeatPeriod is how often leases and Ready are renewed.
+	HeartbeatPeriod time.Duration
+}
+
+// New watches fake nodes and all bound pods.
+func New(client kubernetes.Interface) *Kubelet {
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0)
+	k := &Kubelet{
+		client:          client,
+		factory:         f,
+		queue:           workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		HeartbeatPeriod: 10 * time.Second,
+	}
+	nodeInf := f.InformerFor(&v1.Node{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredNodeInformer(c, resync, cache.Indexers{}, func(o *metav1.ListOptions) {
+			o.LabelSelector = fleet.LabelFake + "=true"
+		})
+	})
+	podInf := f.Core().V1().Pods().Informer()
+	k.nodes, k.pods = nodeInf.GetIndexer(), podInf.GetIndexer()
+	enqueue := func(obj interface{}) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" {
+			if key, err := cache.MetaNamespaceKeyFunc(p); err == nil {
+				k.queue.Add(key)
+			}
+		}
+	}
+	podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, n interface{}) { enqueue(n) },
+	})
+	return k
+}
+
+// Run works until ctx ends.
+func (k *Kubelet) Run(ctx context.Context) {
+	defer k.queue.ShutDown()
+	k.factory.Start(ctx.Done())
+	k.factory.WaitForCacheSync(ctx.Done())
+	for i := 0; i < 4; i++ {
+		go wait.UntilWithContext(ctx, k.worker, time.Second)
+	}
+	go wait.UntilWithContext(ctx, k.heartbeat, k.HeartbeatPeriod)
+	// Resync: a missed event only delays a pod.
+	go wait.UntilWithContext(ctx, func(context.Context) {
+		for _, o := range k.pods.List() {
+			if p := o.(*v1.Pod); p.Spec.NodeName != "" {
+				key, _ := cache.MetaNamespaceKeyFunc(p)
+				k.queue.Add(key)
+			}
+		}
+	}, 30*time.Second)
+	<-ctx.Done()
+}
+
+func (k *Kubelet) worker(ctx context.Context) {
+	for {
+		key, quit := k.queue.Get()
+		if quit {
+			return
+		}
+		if err := k.syncPod(ctx, key); err != nil {
+			klog.FromContext(ctx).V(4).Info("fake kubelet retry", "pod", key, "err", err)
+			k.queue.AddRateLimited(key)
+		} else {
+			k.queue.Forget(key)
+		}
+		k.queue.Done(key)
+	}
+}
+
+func (k *Kubelet) managed(node string) bool {
+	_, ok, _ := k.nodes.GetByKey(node)
+	return ok
+}
+
+func (k *Kubelet) syncPod(ctx context.Context, key string) error {
+	o, ok, err := k.pods.GetByKey(key)
+	if err != nil || !ok {
+		return err
+	}
+	pod := o.(*v1.Pod)
+	if !k.managed(pod.Spec.NodeName) {
+		return nil
+	}
+	if pod.DeletionTimestamp != nil {
+		// A kubelet confirms a graceful delete once containers stopped.
+		err := k.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: ptr.To[int64](0),
+			Preconditions:      &metav1.Preconditions{UID: &pod.UID},
+		})
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return nil
+		}
+		return err
+	}
+	if pod.Status.Phase != v1.PodPending {
+		return nil
+	}
+	now := metav1.Now()
+	p := pod.DeepCopy()
+	p.Status.Phase = v1.PodRunning
+	p.Status.StartTime = &now
+	p.Status.HostIP = "127.0.0.1"
+	p.Status.Conditions = upsert(p.Status.Conditions,
+		v1.PodCondition{Type: v1.PodInitialized, Status: v1.ConditionTrue, LastTransitionTime: now},
+		v1.PodCondition{Type: v1.ContainersReady, Status: v1.ConditionTrue, LastTransitionTime: now},
+		v1.PodCondition{Type: v1.PodReady, Status: v1.ConditionTrue, LastTransitionTime: now})
+	p.Status.ContainerStatuses = nil
+	for _, c := range p.Spec.Containers {
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, v1.ContainerStatus{
+			Name: c.Name, Image: c.Image, Ready: true, Started: ptr.To(true),
+			State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: now}},
+		})
+	}
+	_, err = k.client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		// Gone, or changed: the update event brings it back.
+		return nil
+	}
+	return err
+}
+
+func upsert(conds []v1.PodCondition, add ...v1.PodCondition) []v1.PodCondition {
+	for _, a := range add {
+		found := false
+		for i := range conds {
+			if conds[i].Type == a.Type {
+				conds[i] = a
+				found = true
+			}
+		}
+		if !found {
+			conds = append(conds, a)
+		}
+	}
+	return conds
+}
+
+// heartbeat renews each fake node's lease and Ready condition.
+func (k *Kubelet) heartbeat(ctx context.Context) {
+	for _, o := range k.nodes.List() {
+		n := o.(*v1.Node)
+		k.renewLease(ctx, n)
+		k.renewReady(ctx, n)
+	}
+}
+
+func (k *Kubelet) renewLease(ctx context.Context, n *v1.Node) {
+	leases := k.client.CoordinationV1().Leases(v1.NamespaceNodeLease)
+	now := metav1.NewMicroTime(time.Now())
+	l, err := leases.Get(ctx, n.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: n.Name, Namespace: v1.NamespaceNodeLease,
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n.Name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
+		}, metav1.CreateOptions{})
+	} else if err == nil {
+		l.Spec.RenewTime = &now
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		klog.FromContext(ctx).V(4).Info("fake kubelet lease", "node", n.Name, "err", err)
+	}
+}
+
+func (k *Kubelet) renewReady(ctx context.Context, n *v1.Node) {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady && c.Status == v1.ConditionTrue && time.Since(c.LastHeartbeatTime.Time) < 4*k.HeartbeatPeriod {
+			return
+		}
+	}
+	nn := n.DeepCopy()
+	var conds []v1.NodeCondition
+	for _, c := range nn.Status.Conditions {
+		if c.Type != v1.NodeReady {
+			conds = append(conds, c)
+		}
+	}
+	nn.Status.Conditions = append(conds, fleet.ReadyCondition())
+	if _, err := k.client.CoreV1().Nodes().UpdateStatus(ctx, nn, metav1.UpdateOptions{}); err != nil {
+		klog.FromContext(ctx).V(4).Info("fake kubelet ready", "node", n.Name, "err", err)
+	}
+}

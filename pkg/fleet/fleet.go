@@ -1,0 +1,127 @@
+// Package fleet registers fake GPU nodes through the API: capacity and
+// allocatable with GPUs, the GFD labels, and a Ready condition. Nothing runs
+// on them; the fake kubelet keeps them Ready and moves their pods along.
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+)
+
+// LabelFake marks nodes the fake kubelet manages.
+const LabelFake = "gpu-scheduler.io/fake-node"
+
+// Node describes a fake node.
+type Node struct {
+	Name      string
+	CPU       string // cores, e.g. "96"
+	Memory    string // e.g. "1Ti"
+	GPUs      int    // installed devices
+	Unhealthy int    // of which not allocatable
+	Model     string // GFD product
+	MemoryMiB int    // per device
+	Labels    map[string]string
+	Taints    []v1.Taint
+	// NotReady posts Ready=False with the not-ready taint, as a node whose
+	// kubelet stopped; the fake kubelet leaves it alone.
+	NotReady bool
+}
+
+// Object is the node as the API sees it.
+func (n Node) Object() *v1.Node {
+	capacity := v1.ResourceList{
+		v1.ResourceCPU:    resource.MustParse(n.CPU),
+		v1.ResourceMemory: resource.MustParse(n.Memory),
+		v1.ResourcePods:   resource.MustParse("250"),
+	}
+	labels := map[string]string{LabelFake: "true", v1.LabelHostname: n.Name}
+	if n.GPUs > 0 {
+		capacity[gpu.ResourceNvidiaGPU] = *resource.NewQuantity(int64(n.GPUs), resource.DecimalSI)
+		labels["nvidia.com/gpu.present"] = "true"
+		labels["nvidia.com/gpu.count"] = strconv.Itoa(n.GPUs)
+		if n.Model != "" {
+			labels[gpu.LabelGPUProduct] = n.Model
+		}
+		if n.MemoryMiB > 0 {
+			labels[gpu.LabelGPUMemory] = strconv.Itoa(n.MemoryMiB)
+		}
+	}
+	for k, v := range n.Labels {
+		labels[k] = v
+	}
+	ready := ReadyCondition()
+	taints := n.Taints
+	if n.NotReady {
+		labels[LabelFake] = "notready"
+		ready.Status, ready.Reason, ready.Message = v1.ConditionFalse, "KubeletNotReady", "container runtime is down"
+		taints = append(append([]v1.Taint(nil), taints...), v1.Taint{Key: v1.TaintNodeNotReady, Effect: v1.TaintEffectNoSchedule})
+	}
+	allocatable := capacity.DeepCopy()
+	if n.GPUs > 0 {
+		allocatable[gpu.ResourceNvidiaGPU] = *resource.NewQuantity(int64(n.GPUs-n.Unhealthy), resource.DecimalSI)
+	}
+	return &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels},
+		Spec:       v1.NodeSpec{Taints: taints},
+		Status: v1.NodeStatus{
+			Capacity:    capacity,
+			Allocatable: allocatable,
+			Conditions:  []v1.NodeCondition{ready},
+			Phase:       v1.NodeRunning,
+		},
+	}
+}
+
+// ReadyCondition is a fresh Ready=True condition.
+func ReadyCondition() v1.NodeCondition {
+	now := metav1.Now()
+	return v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady",
+		Message: "fake kubelet is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now}
+}
+
+// Create registers nodes and posts their status (create alone may not keep
+// it), replacing nodes of the same name.
+func Create(ctx context.Context, client kubernetes.Interface, nodes ...Node) error {
+	for _, n := range nodes {
+		obj := n.Object()
+		created, err := client.CoreV1().Nodes().Create(ctx, obj, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			if err := client.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil {
+				return err
+			}
+			created, err = client.CoreV1().Nodes().Create(ctx, obj, metav1.CreateOptions{})
+		}
+		if err != nil {
+			return fmt.Errorf("creating node %s: %w", n.Name, err)
+		}
+		created.Status = obj.Status
+		if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("posting status of node %s: %w", n.Name, err)
+		}
+	}
+	return nil
+}
+
+// Demo is a small, realistic fleet: CPU-only nodes and 1-, 2-, 4- and 8-GPU
+// nodes of several models, one with an unhealthy device.
+func Demo() []Node {
+	return []Node{
+		{Name: "cpu-0", CPU: "32", Memory: "128Gi"},
+		{Name: "cpu-1", CPU: "32", Memory: "128Gi"},
+		{Name: "t4-0", CPU: "16", Memory: "64Gi", GPUs: 1, Model: "Tesla-T4", MemoryMiB: 15360},
+		{Name: "t4-1", CPU: "32", Memory: "128Gi", GPUs: 2, Model: "Tesla-T4", MemoryMiB: 15360},
+		{Name: "l4-0", CPU: "48", Memory: "192Gi", GPUs: 4, Model: "NVIDIA-L4", MemoryMiB: 23034},
+		{Name: "a100-0", CPU: "96", Memory: "1Ti", GPUs: 8, Model: "NVIDIA-A100-SXM4-80GB", MemoryMiB: 81920},
+		{Name: "a100-1", CPU: "96", Memory: "1Ti", GPUs: 8, Unhealthy: 1, Model: "NVIDIA-A100-SXM4-80GB", MemoryMiB: 81920},
+		{Name: "h100-0", CPU: "112", Memory: "2Ti", GPUs: 8, Model: "NVIDIA-H100-80GB-HBM3", MemoryMiB: 81559},
+	}
+}

@@ -1,0 +1,478 @@
+// Package harness is shared by the integration and e2e suites: a cluster
+// (the local control plane, or one from a kubeconfig), test scopes with their
+// own namespace and fake nodes, pod builders, waits, and the device-accounting
+// check that no GPU is ever booked beyond its capacity.
+package harness
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpu-scheduler/gpu-scheduler/manifests"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/fakekubelet"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/kubeapply"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/localcp"
+)
+
+// RepoRoot finds the repository (where go.mod is).
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// BinDir is where make puts the binaries (override with GPU_SCHEDULER_BIN).
+func BinDir() string {
+	if d := os.Getenv("GPU_SCHEDULER_BIN"); d != "" {
+		return d
+	}
+	return filepath.Join(RepoRoot(), "bin")
+}
+
+// Cluster is what the tests run against.
+type Cluster struct {
+	Client kubernetes.Interface
+	Config *rest.Config
+	// CP is the local control plane, nil for an external cluster.
+	CP *localcp.ControlPlane
+	// Dir holds logs and generated files.
+	Dir string
+	// Kubeconfig of the admin user.
+	Kubeconfig string
+	stop       func()
+}
+
+// Local reports whether the cluster is our local control plane.
+func (c *Cluster) Local() bool { return c.CP != nil }
+
+// Setup starts the local control plane, or uses the cluster in kubeconfig if
+// one is given. RBAC from manifests/ is applied locally, and the fake kubelet
+// runs in-process for fake nodes either way.
+func Setup(ctx context.Context, kubeconfig string) (*Cluster, error) {
+	c := &Cluster{}
+	ctx, cancel := context.WithCancel(ctx)
+	if kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		cfg.QPS, cfg.Burst = 500, 1000
+		c.Config, c.Kubeconfig = cfg, kubeconfig
+		if c.Dir, err = os.MkdirTemp("", "gpu-e2e-"); err != nil {
+			cancel()
+			return nil, err
+		}
+	} else {
+		cp, err := localcp.Start(ctx, localcp.Options{BinDir: BinDir()})
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		c.CP, c.Config, c.Dir, c.Kubeconfig = cp, cp.Config, cp.Dir, cp.Kubeconfig
+		a, err := kubeapply.New(cp.Config)
+		if err == nil {
+			_, err = a.Apply(ctx, manifests.RBAC, "kube-system", false)
+		}
+		if err != nil {
+			cancel()
+			cp.Stop()
+			return nil, fmt.Errorf("applying RBAC: %w", err)
+		}
+	}
+	var err error
+	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
+		cancel()
+		return nil, err
+	}
+	go fakekubelet.New(c.Client).Run(ctx)
+	c.stop = func() {
+		cancel()
+		if c.CP != nil {
+			c.CP.Stop()
+		}
+	}
+	return c, nil
+}
+
+// Teardown stops what Setup started.
+func (c *Cluster) Teardown() {
+	if c.stop != nil {
+		c.stop()
+	}
+}
+
+// Scope is one test's namespace and nodes, removed when the test ends. Its
+// nodes carry a label that its pods select, so tests never share nodes.
+type Scope struct {
+	T       testing.TB
+	C       *Cluster
+	Ctx     context.Context
+	NS      string
+	ID      string
+	nodes   []string
+	cleanup bool
+}
+
+// LabelScope selects a scope's nodes.
+const LabelScope = "gpu-scheduler.io/e2e-scope"
+
+// NewScope creates a namespace for the test.
+func (c *Cluster) NewScope(t testing.TB) *Scope {
+	t.Helper()
+	id := fmt.Sprintf("%s-%04d", strings.ToLower(sanitize(t.Name())), rand.Intn(10000))
+	if len(id) > 40 {
+		id = id[len(id)-40:]
+		id = strings.TrimLeft(id, "-")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Scope{T: t, C: c, Ctx: ctx, NS: "e2e-" + id, ID: id, cleanup: true}
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.NS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer cancel()
+		bg := context.Background()
+		// Pods first, at once, so that nothing waits for a kubelet.
+		c.Client.CoreV1().Pods(s.NS).DeleteCollection(bg, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+		c.Client.CoreV1().Namespaces().Delete(bg, s.NS, metav1.DeleteOptions{})
+		for _, n := range s.nodes {
+			c.Client.CoreV1().Nodes().Delete(bg, n, metav1.DeleteOptions{})
+		}
+	})
+	return s
+}
+
+func sanitize(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('-')
+		}
+	}
+	return strings.Trim(b.String(), "-")
+}
+
+// Node is the name a scope gives a node: prefixed with its ID.
+func (s *Scope) Node(name string) string { return s.ID + "-" + name }
+
+// AddNodes registers fake nodes for this scope.
+func (s *Scope) AddNodes(nodes ...fleet.Node) {
+	s.T.Helper()
+	for i := range nodes {
+		nodes[i].Name = s.Node(nodes[i].Name)
+		if nodes[i].Labels == nil {
+			nodes[i].Labels = map[string]string{}
+		}
+		nodes[i].Labels[LabelScope] = s.ID
+		s.nodes = append(s.nodes, nodes[i].Name)
+	}
+	if err := fleet.Create(s.Ctx, s.C.Client, nodes...); err != nil {
+		s.T.Fatal(err)
+	}
+}
+
+// NodeNames lists the scope's nodes.
+func (s *Scope) NodeNames() []string { return s.nodes }
+
+// PodSpec describes a test pod. Scheduler defaults to gpu-scheduler; set it
+// to "-" for the default scheduler (no schedulerName).
+type PodSpec struct {
+	Name         string
+	Scheduler    string
+	GPUs         int
+	Milli        int
+	Model        string
+	CPU          string
+	Memory       string
+	Annotations  map[string]string
+	NodeSelector map[string]string
+	Tolerations  []v1.Toleration
+	// AnyNode lets the pod go beyond the scope's nodes.
+	AnyNode bool
+}
+
+// Pod builds a pod in the scope's namespace, restricted to its nodes.
+func (s *Scope) Pod(p PodSpec) *v1.Pod {
+	cpu, mem := p.CPU, p.Memory
+	if cpu == "" {
+		cpu = "100m"
+	}
+	if mem == "" {
+		mem = "128Mi"
+	}
+	c := v1.Container{Name: "main", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{
+		Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse(mem)},
+	}}
+	if p.GPUs > 0 {
+		q := *resource.NewQuantity(int64(p.GPUs), resource.DecimalSI)
+		c.Resources.Limits = v1.ResourceList{gpu.ResourceNvidiaGPU: q}
+		c.Resources.Requests[gpu.ResourceNvidiaGPU] = q
+	}
+	ann := map[string]string{}
+	for k, v := range p.Annotations {
+		ann[k] = v
+	}
+	if p.Milli > 0 {
+		ann[gpu.AnnotationMilli] = fmt.Sprint(p.Milli)
+	}
+	if p.Model != "" {
+		ann[gpu.AnnotationModel] = p.Model
+	}
+	sel := map[string]string{}
+	for k, v := range p.NodeSelector {
+		sel[k] = v
+	}
+	if !p.AnyNode {
+		sel[LabelScope] = s.ID
+	}
+	sched := p.Scheduler
+	switch sched {
+	case "":
+		sched = gpu.SchedulerName
+	case "-":
+		sched = ""
+	}
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: s.NS, Annotations: ann},
+		Spec: v1.PodSpec{
+			SchedulerName: sched, Containers: []v1.Container{c}, NodeSelector: sel, Tolerations: p.Tolerations,
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+		},
+	}
+}
+
+// Create creates pods.
+func (s *Scope) Create(pods ...*v1.Pod) {
+	s.T.Helper()
+	for _, p := range pods {
+		if _, err := s.C.Client.CoreV1().Pods(p.Namespace).Create(s.Ctx, p, metav1.CreateOptions{}); err != nil {
+			s.T.Fatalf("creating pod %s: %v", p.Name, err)
+		}
+	}
+}
+
+// Delete deletes a pod at once.
+func (s *Scope) Delete(name string) {
+	s.T.Helper()
+	if err := s.C.Client.CoreV1().Pods(s.NS).Delete(s.Ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		s.T.Fatal(err)
+	}
+}
+
+// Get returns a pod.
+func (s *Scope) Get(name string) *v1.Pod {
+	s.T.Helper()
+	p, err := s.C.Client.CoreV1().Pods(s.NS).Get(s.Ctx, name, metav1.GetOptions{})
+	if err != nil {
+		s.T.Fatal(err)
+	}
+	return p
+}
+
+// WaitBound waits until the pods have a node.
+func (s *Scope) WaitBound(timeout time.Duration, names ...string) map[string]*v1.Pod {
+	s.T.Helper()
+	out := map[string]*v1.Pod{}
+	err := wait.PollUntilContextTimeout(s.Ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		for _, n := range names {
+			if _, ok := out[n]; ok {
+				continue
+			}
+			p, err := s.C.Client.CoreV1().Pods(s.NS).Get(ctx, n, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			if p.Spec.NodeName == "" {
+				return false, nil
+			}
+			out[n] = p
+		}
+		return true, nil
+	})
+	if err != nil {
+		var missing []string
+		for _, n := range names {
+			if _, ok := out[n]; !ok {
+				missing = append(missing, n+" ("+Unschedulable(s.getOrNil(n))+")")
+			}
+		}
+		s.T.Fatalf("pods not bound within %v: %s", timeout, strings.Join(missing, ", "))
+	}
+	return out
+}
+
+func (s *Scope) getOrNil(name string) *v1.Pod {
+	p, _ := s.C.Client.CoreV1().Pods(s.NS).Get(s.Ctx, name, metav1.GetOptions{})
+	return p
+}
+
+// Unschedulable is the PodScheduled=False message of a pod, or "".
+func Unschedulable(p *v1.Pod) string {
+	if p == nil {
+		return ""
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse {
+			return c.Message
+		}
+	}
+	return ""
+}
+
+// WaitUnschedulable waits until the pod is marked unschedulable and returns
+// the message.
+func (s *Scope) WaitUnschedulable(timeout time.Duration, name string) string {
+	s.T.Helper()
+	var msg string
+	err := wait.PollUntilContextTimeout(s.Ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		p, err := s.C.Client.CoreV1().Pods(s.NS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if p.Spec.NodeName != "" {
+			return false, fmt.Errorf("pod %s was bound to %s", name, p.Spec.NodeName)
+		}
+		msg = Unschedulable(p)
+		return msg != "", nil
+	})
+	if err != nil {
+		s.T.Fatalf("pod %s not marked unschedulable: %v", name, err)
+	}
+	return msg
+}
+
+// Events returns the messages of a pod's events with the given reason (core
+// and events.k8s.io events both land in core/v1 Events).
+func (s *Scope) Events(name, reason string) []string {
+	list, err := s.C.Client.CoreV1().Events(s.NS).List(s.Ctx, metav1.ListOptions{
+		FieldSelector: fields.Set{"involvedObject.name": name, "reason": reason}.String()})
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range list.Items {
+		out = append(out, e.Message)
+	}
+	return out
+}
+
+// WaitEvent waits for an event of the pod whose message contains want.
+func (s *Scope) WaitEvent(timeout time.Duration, name, reason, want string) string {
+	s.T.Helper()
+	var got []string
+	err := wait.PollUntilContextTimeout(s.Ctx, 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		got = s.Events(name, reason)
+		for _, m := range got {
+			if strings.Contains(m, want) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		s.T.Fatalf("no %s event for %s containing %q; events: %q", reason, name, want, got)
+	}
+	for _, m := range got {
+		if strings.Contains(m, want) {
+			return m
+		}
+	}
+	return ""
+}
+
+// DeviceUse is a node's per-device booked milli, from the assignments of the
+// pods bound to it.
+type DeviceUse map[string]map[int]int32
+
+// CheckDevices reads every pod in the cluster and verifies the accounting
+// invariants: an assignment names the pod's node, lists only healthy devices
+// (index below allocatable), and no device is booked beyond 1000 milli. It
+// returns the per-device use.
+func CheckDevices(ctx context.Context, client kubernetes.Interface) (DeviceUse, error) {
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	alloc := map[string]int64{}
+	for _, n := range nodes.Items {
+		q := n.Status.Allocatable[gpu.ResourceNvidiaGPU]
+		alloc[n.Name] = q.Value()
+	}
+	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	use := DeviceUse{}
+	var problems []string
+	for _, p := range pods.Items {
+		v, ok := p.Annotations[gpu.AnnotationAssignment]
+		if !ok || p.Spec.NodeName == "" || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+			continue
+		}
+		a, err := gpu.ParseAssignment(v)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s/%s: %v", p.Namespace, p.Name, err))
+			continue
+		}
+		if a.Node != p.Spec.NodeName {
+			problems = append(problems, fmt.Sprintf("%s/%s: assignment for %s but bound to %s", p.Namespace, p.Name, a.Node, p.Spec.NodeName))
+			continue
+		}
+		if use[a.Node] == nil {
+			use[a.Node] = map[int]int32{}
+		}
+		for _, sh := range a.Shares {
+			if int64(sh.Index) >= alloc[a.Node] {
+				problems = append(problems, fmt.Sprintf("%s/%s: device %d on %s beyond its %d allocatable", p.Namespace, p.Name, sh.Index, a.Node, alloc[a.Node]))
+			}
+			use[a.Node][sh.Index] += sh.Milli
+		}
+	}
+	var names []string
+	for n := range use {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		for d, m := range use[n] {
+			if m > gpu.MilliPerGPU {
+				problems = append(problems, fmt.Sprintf("%s device %d booked %d milli", n, d, m))
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return use, fmt.Errorf("device accounting broken:\n%s", strings.Join(problems, "\n"))
+	}
+	return use, nil
+}
+
+// IgnoreNotFound is for cleanup paths.
+func IgnoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,246 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	configv1 "k8s.io/kube-scheduler/config/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpu-scheduler/gpu-scheduler/manifests"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/localcp"
+)
+
+// GPUSchedulers is the gpu-scheduler under test: local processes of the
+// built binary, or the Deployment from manifests/ on a real cluster.
+type GPUSchedulers interface {
+	// Leader is the identity holding the gpu-scheduler lease.
+	Leader(ctx context.Context) (string, error)
+	// KillLeader kills the active instance without warning, and makes sure
+	// a replacement is coming (a new process, or the Deployment's).
+	KillLeader(ctx context.Context) error
+	// AddStandby starts one more instance (process mode only).
+	AddStandby(ctx context.Context) error
+	// Active counts instances that report leading on /metrics, and Total
+	// the instances running (process mode; -1 when unknown).
+	Active(ctx context.Context) (active, total int)
+	// Logs is the tail of the logs, for failures.
+	Logs() string
+	Stop()
+}
+
+// FastLeaderElection makes failover take seconds instead of the default 15 s
+// lease, for tests.
+func FastLeaderElection(c *configv1.KubeSchedulerConfiguration) {
+	c.LeaderElection.LeaseDuration = metav1.Duration{Duration: 4 * time.Second}
+	c.LeaderElection.RenewDeadline = metav1.Duration{Duration: 3 * time.Second}
+	c.LeaderElection.RetryPeriod = metav1.Duration{Duration: 500 * time.Millisecond}
+}
+
+// Processes runs the gpu-scheduler binary against a local control plane.
+type Processes struct {
+	C      *Cluster
+	Binary string
+	Config []byte
+	Mutate func(*configv1.KubeSchedulerConfiguration)
+	Args   []string
+	mu     sync.Mutex
+	procs  []*localcp.Scheduler
+	n      int
+}
+
+// StartProcesses starts n instances of the binary as the gpu-scheduler
+// ServiceAccount.
+func StartProcesses(ctx context.Context, c *Cluster, n int, mutate func(*configv1.KubeSchedulerConfiguration), args ...string) (*Processes, error) {
+	var nonEmpty []string
+	for _, a := range args {
+		if a != "" {
+			nonEmpty = append(nonEmpty, a)
+		}
+	}
+	p := &Processes{C: c, Binary: filepath.Join(BinDir(), "gpu-scheduler"), Config: manifests.SchedulerConfig, Mutate: mutate, Args: nonEmpty}
+	for i := 0; i < n; i++ {
+		if err := p.start(ctx); err != nil {
+			p.Stop()
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+func (p *Processes) start(ctx context.Context) error {
+	p.mu.Lock()
+	p.n++
+	name := fmt.Sprintf("gpu-scheduler-%d", p.n)
+	p.mu.Unlock()
+	kc, err := p.C.CP.WriteKubeconfig(localcp.UserGPUScheduler, filepath.Join(p.C.Dir, name+".kubeconfig"))
+	if err != nil {
+		return err
+	}
+	s, err := localcp.StartScheduler(ctx, localcp.SchedulerOptions{
+		Name: name, Binary: p.Binary, Config: p.Config, Kubeconfig: kc, Dir: p.C.Dir,
+		Mutate: p.Mutate, Args: append([]string{"--v=2"}, p.Args...),
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.WaitHealthy(ctx, time.Minute); err != nil {
+		s.Kill()
+		return err
+	}
+	s.Token = p.C.CP.Token(localcp.UserAdmin)
+	p.mu.Lock()
+	p.procs = append(p.procs, s)
+	p.mu.Unlock()
+	return nil
+}
+
+// Procs lists the running instances.
+func (p *Processes) Procs() []*localcp.Scheduler {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*localcp.Scheduler
+	for _, s := range p.procs {
+		if !s.Exited() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Leader implements GPUSchedulers.
+func (p *Processes) Leader(ctx context.Context) (string, error) { return leaseHolder(ctx, p.C) }
+
+func leaseHolder(ctx context.Context, c *Cluster) (string, error) {
+	l, err := c.Client.CoordinationV1().Leases("kube-system").Get(ctx, "gpu-scheduler", metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	return ptr.Deref(l.Spec.HolderIdentity, ""), nil
+}
+
+func (p *Processes) leading(ctx context.Context, s *localcp.Scheduler) bool {
+	// The gauge is named after the component, not the lease.
+	v, ok := s.Metric(ctx, `leader_election_master_status{name="kube-scheduler"}`)
+	return ok && v == "1"
+}
+
+// Active implements GPUSchedulers.
+func (p *Processes) Active(ctx context.Context) (int, int) {
+	procs := p.Procs()
+	active := 0
+	for _, s := range procs {
+		if p.leading(ctx, s) {
+			active++
+		}
+	}
+	return active, len(procs)
+}
+
+// WaitLeader waits until one running instance leads, and returns it.
+func (p *Processes) WaitLeader(ctx context.Context, timeout time.Duration) (*localcp.Scheduler, error) {
+	var leader *localcp.Scheduler
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		for _, s := range p.Procs() {
+			if p.leading(ctx, s) {
+				leader = s
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("no leader within %v: %s", timeout, p.Logs())
+	}
+	return leader, nil
+}
+
+// KillLeader SIGKILLs the leading process and starts a new instance.
+func (p *Processes) KillLeader(ctx context.Context) error {
+	leader, err := p.WaitLeader(ctx, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	leader.Kill()
+	return p.start(ctx)
+}
+
+// AddStandby implements GPUSchedulers.
+func (p *Processes) AddStandby(ctx context.Context) error { return p.start(ctx) }
+
+// Logs implements GPUSchedulers.
+func (p *Processes) Logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var b strings.Builder
+	for _, s := range p.procs {
+		fmt.Fprintf(&b, "--- %s (exited %v):\n%s\n", s.Name, s.Exited(), s.Tail(4000))
+	}
+	return b.String()
+}
+
+// Stop implements GPUSchedulers.
+func (p *Processes) Stop() {
+	for _, s := range p.Procs() {
+		s.Stop(10 * time.Second)
+	}
+}
+
+// Deployment is gpu-scheduler deployed from manifests/ (kind).
+type Deployment struct {
+	C *Cluster
+}
+
+// Leader implements GPUSchedulers.
+func (d *Deployment) Leader(ctx context.Context) (string, error) { return leaseHolder(ctx, d.C) }
+
+func (d *Deployment) pods(ctx context.Context) []v1.Pod {
+	list, err := d.C.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gpu-scheduler"})
+	if err != nil {
+		return nil
+	}
+	return list.Items
+}
+
+// KillLeader deletes the leader's pod without grace; the standby takes over
+// and the Deployment replaces the pod.
+func (d *Deployment) KillLeader(ctx context.Context) error {
+	holder, err := d.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range d.pods(ctx) {
+		// The identity is "<hostname>_<uuid>" and the hostname is the pod's name.
+		if strings.HasPrefix(holder, p.Name+"_") {
+			return d.C.Client.CoreV1().Pods("kube-system").Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		}
+	}
+	return fmt.Errorf("no gpu-scheduler pod holds the lease (%q)", holder)
+}
+
+// AddStandby implements GPUSchedulers: the Deployment already has two.
+func (d *Deployment) AddStandby(context.Context) error { return nil }
+
+// Active implements GPUSchedulers: one holder of the lease, among the ready
+// replicas.
+func (d *Deployment) Active(ctx context.Context) (int, int) {
+	holder, err := d.Leader(ctx)
+	active := 0
+	if err == nil && holder != "" {
+		active = 1
+	}
+	return active, len(d.pods(ctx))
+}
+
+// Logs implements GPUSchedulers.
+func (d *Deployment) Logs() string { return "(see kubectl -n kube-system logs deploy/gpu-scheduler)" }
+
+// Stop implements GPUSchedulers.
+func (d *Deployment) Stop() {}
