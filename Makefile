@@ -11,14 +11,17 @@ LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.37.2 \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 \
 	-X github.com/gpu-scheduler/gpu-scheduler/pkg/version.Version=$(VERSION)
 PKGS := ./...
+UNIT_PKGS = $$($(GO) list ./... | grep -v /test/)
 
-.PHONY: all build binaries run test unit lint bench fuzz manifests clean help
+.PHONY: all build binaries run test unit integration e2e e2e-kind lint bench fuzz manifests clean help
 
 all: build
 
 help:
 	@echo "make run           local control plane + GPU fleet + gpu-scheduler + examples (or KUBECONFIG's cluster)"
-	@echo "make test          unit and integration tests (what .ci/run calls)"
+	@echo "make test          unit and integration tests (what .ci/run calls, then make e2e)"
+	@echo "make e2e           the built binary on the local control plane"
+	@echo "make e2e-kind      the same suite on a kind cluster (needs Docker)"
 	@echo "make build         bin/gpu-scheduler"
 	@echo "make bench         per-node Filter/Score micro-benchmarks"
 	@echo "make lint          gofmt and go vet"
@@ -60,10 +63,25 @@ lint:
 # Unit tests (the fuzz seed corpora run as ordinary tests), with the race
 # detector on the packages that share state between goroutines.
 unit:
-	$(GO) test -count=1 $(PKGS)
+	$(GO) test -count=1 $(UNIT_PKGS)
 	$(GO) test -count=1 -race ./pkg/gpu/... ./pkg/plugins/...
 
-test: lint unit
+# The scheduler in-process against a real kube-apiserver and etcd.
+integration: $(BIN)/etcd $(BIN)/kube-apiserver
+	$(GO) test -count=1 -timeout 20m ./test/integration/
+
+test: lint unit integration
+
+# The built binary against the local control plane, beside the vanilla
+# kube-scheduler. E2E_KUBECONFIG=<file> runs it against a deployed cluster.
+e2e: binaries
+	$(GO) test -count=1 -timeout 30m -v ./test/e2e/ 2>&1 | grep -vE '^[IWE][0-9]{4} ' ; exit $${PIPESTATUS[0]}
+
+e2e-kind:
+	hack/e2e-kind.sh
+
+$(BIN)/kubectl: go.mod go.sum
+	$(GO) build -ldflags "$(UPSTREAM_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kubectl
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./pkg/plugins/

@@ -219,4 +219,3 @@ func BenchmarkStateRebuild(b *testing.B) {
 		tr.Build(node, int64(i), pods, 96000)
 	}
 }
-

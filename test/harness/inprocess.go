@@ -1,0 +1,82 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/kubernetes/pkg/scheduler"
+	"k8s.io/kubernetes/pkg/scheduler/profile"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/offline"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins"
+)
+
+// InProcess is a scheduler running in the test process, built as
+// kube-scheduler builds it (scheduler.New with our out-of-tree registry),
+// without leader election or serving.
+type InProcess struct {
+	Sched  *scheduler.Scheduler
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// StartInProcess runs the configuration's profiles against the cluster.
+func StartInProcess(ctx context.Context, cfg *rest.Config, configYAML []byte) (*InProcess, error) {
+	kcfg, err := offline.LoadConfig(configYAML)
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	informerFactory := scheduler.NewInformerFactory(client, 0, nil)
+	dynInformerFactory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, "", nil)
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+	sched, err := scheduler.New(ctx, client, informerFactory, dynInformerFactory, profile.NewRecorderFactory(broadcaster),
+		scheduler.WithProfiles(kcfg.Profiles...),
+		scheduler.WithFrameworkOutOfTreeRegistry(plugins.Registry()),
+		scheduler.WithPodInitialBackoffSeconds(kcfg.PodInitialBackoffSeconds),
+		scheduler.WithPodMaxBackoffSeconds(kcfg.PodMaxBackoffSeconds),
+		scheduler.WithParallelism(kcfg.Parallelism),
+	)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	broadcaster.StartRecordingToSink(ctx.Done())
+	informerFactory.Start(ctx.Done())
+	dynInformerFactory.Start(ctx.Done())
+	for typ, ok := range informerFactory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			cancel()
+			return nil, fmt.Errorf("informer %v did not sync", typ)
+		}
+	}
+	if err := sched.WaitForHandlersSync(ctx); err != nil {
+		cancel()
+		return nil, err
+	}
+	p := &InProcess{Sched: sched, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		sched.Run(ctx)
+	}()
+	return p, nil
+}
+
+// Stop stops the scheduler and waits for its loop to end.
+func (p *InProcess) Stop() {
+	p.cancel()
+	<-p.done
+}
