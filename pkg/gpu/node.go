@@ -192,6 +192,12 @@ type NodeState struct {
 	Inventory
 	Free    [MaxDevices]int32
 	CPUFree int64
+	// MemFree is the memory left, in MiB.
+	MemFree int64
+	// Prio is a stable pseudo-random rank of the node (a hash of its name):
+	// the last tie-break, so that equivalent nodes are always taken in the
+	// same order and placements concentrate instead of scattering.
+	Prio uint16
 	// Overcommitted is true when the pods on the node claim more of some
 	// device than it has (an outside actor, or a device that went away).
 	Overcommitted bool
@@ -202,7 +208,7 @@ type NodeState struct {
 
 // NewNodeState starts a node with every device free.
 func NewNodeState(name string, inv Inventory, cpuFree int64) *NodeState {
-	s := &NodeState{Name: name, Inventory: inv, CPUFree: cpuFree}
+	s := &NodeState{Name: name, Inventory: inv, CPUFree: cpuFree, Prio: nodePrio(name)}
 	for i := int32(0); i < inv.Count; i++ {
 		s.Free[i] = MilliPerGPU
 	}
@@ -211,8 +217,17 @@ func NewNodeState(name string, inv Inventory, cpuFree int64) *NodeState {
 
 // Clone copies the state, without its memoised fragmentation.
 func (s *NodeState) Clone() *NodeState {
-	c := &NodeState{Name: s.Name, Inventory: s.Inventory, Free: s.Free, CPUFree: s.CPUFree, Overcommitted: s.Overcommitted}
+	c := &NodeState{Name: s.Name, Inventory: s.Inventory, Free: s.Free, CPUFree: s.CPUFree, MemFree: s.MemFree, Overcommitted: s.Overcommitted, Prio: s.Prio}
 	return c
+}
+
+// nodePrio is FNV-1a of the name, folded to 16 bits.
+func nodePrio(name string) uint16 {
+	h := uint32(2166136261)
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint32(name[i])) * 16777619
+	}
+	return uint16(h ^ h>>16)
 }
 
 // Idle is the total milli-GPU left on the node.

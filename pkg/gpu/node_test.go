@@ -152,7 +152,7 @@ func TestTrackerBuild(t *testing.T) {
 		// ignored; the pod is then unknown: one whole GPU from the top.
 		gpuPod("c", "c", 1, map[string]string{AnnotationAssignment: "n9:0=1000"}),
 	}
-	st := tr.Build(n, 7, pods, 1000)
+	st := tr.Build(n, 7, pods, 1000, 1<<20)
 	want := [MaxDevices]int32{0, 0, 700, 0}
 	if st.Free != want {
 		t.Fatalf("free: want %v, got %v", want[:4], st.Free[:4])
@@ -170,14 +170,14 @@ func TestTrackerBuild(t *testing.T) {
 	if tr.Lookup("n1", 7) != nil {
 		t.Fatalf("reserve must invalidate")
 	}
-	st = tr.Build(n, 7, pods, 1000)
+	st = tr.Build(n, 7, pods, 1000, 1<<20)
 	if st.Free[2] != 200 {
 		t.Errorf("reservation not counted: %v", st.Free[:4])
 	}
 	// Once the pod shows up with its annotation, the annotation counts and the
 	// reservation is dropped (never both).
 	d := gpuPod("d", "d", 0, map[string]string{AnnotationMilli: "500", AnnotationAssignment: "n1:2=500"})
-	st = tr.Build(n, 9, append(pods, d), 1000)
+	st = tr.Build(n, 9, append(pods, d), 1000, 1<<20)
 	if st.Free[2] != 200 {
 		t.Errorf("double counted or lost: %v", st.Free[:4])
 	}
@@ -195,7 +195,7 @@ func TestTrackerOvercommit(t *testing.T) {
 	st := tr.Build(n, 1, []*v1.Pod{
 		gpuPod("a", "a", 0, map[string]string{AnnotationMilli: "700", AnnotationAssignment: "n1:0=700"}),
 		gpuPod("b", "b", 0, map[string]string{AnnotationMilli: "700", AnnotationAssignment: "n1:0=700"}),
-	}, 0)
+	}, 0, 0)
 	if !st.Overcommitted || st.Free[0] != 0 {
 		t.Errorf("want overcommitted with nothing free, got %+v", st.Free[:1])
 	}
@@ -231,7 +231,7 @@ func TestTrackerConcurrent(t *testing.T) {
 				return
 			default:
 			}
-			st := tr.Build(n, gen, nil, 0)
+			st := tr.Build(n, gen, nil, 0, 1<<20)
 			for i := 0; i < 8; i++ {
 				if st.Free[i] != 1000 && st.Free[i] != 900 {
 					select {
@@ -249,7 +249,7 @@ func TestTrackerConcurrent(t *testing.T) {
 		t.Fatal(e)
 	default:
 	}
-	st := tr.Build(n, -1, nil, 0)
+	st := tr.Build(n, -1, nil, 0, 1<<20)
 	res := tr.Reservations()
 	if got := int64(8000) - st.Idle(); got != int64(len(res))*100 {
 		t.Errorf("used %d milli, but %d reservations", got, len(res))
@@ -257,7 +257,7 @@ func TestTrackerConcurrent(t *testing.T) {
 	for _, r := range res {
 		tr.Unreserve(r.UID)
 	}
-	if st := tr.Build(n, -2, nil, 0); st.Idle() != 8000 || len(tr.Reservations()) != 0 {
+	if st := tr.Build(n, -2, nil, 0, 1<<20); st.Idle() != 8000 || len(tr.Reservations()) != 0 {
 		t.Errorf("leftover after unreserving all: idle %d", st.Idle())
 	}
 }
@@ -369,13 +369,20 @@ func TestEvaluateDeviceChoice(t *testing.T) {
 		"spread tie lowest":       {Spread, []int32{1000, 1000}, Request{Milli: 400}, Choice{Mask: 0b0001, Milli: 400}},
 		// Typical task wants 500. Putting 300 on the 800 device leaves 500 for
 		// it (no new fragment); on the 1000 device it would leave 700 and 800,
-		// also fine; on the 600 device it strands 300. Both 800 and 1000 keep F
-		// unchanged vs the 600 device; ties go to the tighter device.
-		"fragmentation": {Fragmentation, []int32{1000, 600, 800}, Request{Milli: 300}, Choice{Mask: 0b0100, Milli: 300}},
+		// also fine; on the 600 device it strands 300. Bucketed, the first of
+		// the equal devices wins (FGD's choice); exact, the tighter one.
+		"fragmentation":               {Fragmentation, []int32{1000, 600, 800}, Request{Milli: 300}, Choice{Mask: 0b0001, Milli: 300}},
+		"fragmentation exact":         {"exact", []int32{1000, 600, 800}, Request{Milli: 300}, Choice{Mask: 0b0100, Milli: 300}},
+		"fragmentation strands least": {Fragmentation, []int32{600, 1000}, Request{Milli: 300}, Choice{Mask: 0b0010, Milli: 300}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, _, ok := Evaluate(tc.policy, state(tc.free...), &tc.req, wl)
+			sc := DefaultScoring
+			sc.Policy = tc.policy
+			if tc.policy == "exact" {
+				sc.Policy, sc.Exact = Fragmentation, true
+			}
+			got, _, ok := sc.Evaluate(state(tc.free...), &tc.req, wl)
 			if !ok {
 				t.Fatal("does not fit")
 			}
@@ -419,14 +426,46 @@ func TestEvaluateNodeOrder(t *testing.T) {
 	if a, b := score(BestFit, share, 500), score(BestFit, share, 1000); a <= b {
 		t.Errorf("best fit: tighter node first")
 	}
-	// CPU-only pods: a node without GPUs beats any GPU node, and a GPU node
-	// with less idle GPU beats one with more, for every policy.
+	// CPU-only pods: a node without GPUs beats any GPU node; GPU nodes are
+	// ranked by the fragmentation the CPU use adds, or by their idle GPU.
 	for _, p := range Policies {
 		cpu := Request{CPU: 1000}
 		none, busy, idle := score(p, cpu), score(p, cpu, 0, 100), score(p, cpu, 1000, 1000)
-		if !(none >= busy && busy > idle) {
-			t.Errorf("%s: cpu-only order wrong: none %d busy %d idle %d", p, none, busy, idle)
+		if !(none > busy && none > idle) {
+			t.Errorf("%s: cpu-only pods must prefer nodes without GPUs: none %d busy %d idle %d", p, none, busy, idle)
 		}
+		if p != Fragmentation && busy <= idle {
+			t.Errorf("%s: less idle GPU first: busy %d idle %d", p, busy, idle)
+		}
+	}
+	// Fragmentation counts the CPU a CPU-only pod takes from typical GPU pods.
+	cpuHungry, _ := NewWorkload([]Task{{CPU: 60000, Milli: 1000, Count: 1, Weight: 1}})
+	roomy := state(1000)
+	tight := state(1000)
+	tight.CPUFree = 60500 // after 1000 more, the typical pod no longer fits
+	_, a, _ := Evaluate(Fragmentation, roomy, &Request{CPU: 1000}, cpuHungry)
+	_, b, _ := Evaluate(Fragmentation, tight, &Request{CPU: 1000}, cpuHungry)
+	if a <= b {
+		t.Errorf("a CPU-only pod must avoid stranding a GPU: %d <= %d", a, b)
+	}
+}
+
+// The stable node order breaks ties, and only ties.
+func TestNodePriorityTieBreak(t *testing.T) {
+	a, b := state(1000, 1000), state(1000, 1000)
+	a.Name, b.Name = "node-a", "node-b"
+	a.Prio, b.Prio = nodePrio(a.Name), nodePrio(b.Name)
+	r := Request{Count: 1}
+	_, sa, _ := Evaluate(BestFit, a, &r, nil)
+	_, sb, _ := Evaluate(BestFit, b, &r, nil)
+	if sa == sb || (sa > sb) != (a.Prio > b.Prio) {
+		t.Errorf("equal nodes must be ordered by priority: %d %d (prio %d %d)", sa, sb, a.Prio, b.Prio)
+	}
+	c := state(1000)
+	c.Name, c.Prio = "node-c", 0xffff
+	_, sc, _ := Evaluate(BestFit, c, &r, nil)
+	if sc < sa || sc < sb {
+		t.Errorf("a better node must win whatever its priority")
 	}
 }
 

@@ -34,6 +34,30 @@ func ParsePolicy(s string) (Policy, error) {
 	return "", fmt.Errorf("unknown policy %q, want one of %v", s, Policies)
 }
 
+// Scoring is a policy and its refinements. The defaults are what the trace
+// replay measured best (docs/benchmarks.md); the others stay for ablation.
+type Scoring struct {
+	Policy Policy
+	// Exact ranks Fragmentation by the fragmentation growth itself. By
+	// default it is bucketed as FGD scores it, ⌊100·σ(−ΔF/1000 GPU)⌋, so
+	// nodes within about 40 milli-GPU of each other tie and the tie-break
+	// decides: placements then concentrate on the same nodes instead of
+	// chasing small differences across the cluster.
+	Exact bool
+	// LeastIdle breaks ties by the idle GPU left on the node (least first).
+	LeastIdle bool
+	// NodePriority breaks the remaining ties by a stable per-node order.
+	// Without it the scheduler's ties fall to its heap order, which
+	// scatters equivalent placements.
+	NodePriority bool
+	// MemoryAware counts a typical pod as fitting only if its memory fits
+	// too (FGD looks at CPU and GPUs only).
+	MemoryAware bool
+}
+
+// DefaultScoring is Fragmentation with the measured defaults.
+var DefaultScoring = Scoring{Policy: Fragmentation, NodePriority: true, MemoryAware: true}
+
 // Reference sizes normalise CPU and GPU left-overs in BestFit, as in the
 // published method (the largest node of the openb cluster).
 const (
@@ -47,51 +71,66 @@ const (
 // the score assumed is the device that is reserved. wl may be nil, in which
 // case Fragmentation falls back to BestFit. It does not allocate once the
 // node's baseline fragmentation is cached.
-func Evaluate(p Policy, s *NodeState, r *Request, wl *Workload) (Choice, int64, bool) {
+func (sc Scoring) Evaluate(s *NodeState, r *Request, wl *Workload) (Choice, int64, bool) {
+	p := sc.Policy
 	if p == Fragmentation && wl == nil {
 		p = BestFit
 	}
 	if !r.HasGPU() {
-		return Choice{}, cpuOnlyScore(p, s, r, wl), true
+		return Choice{}, sc.cpuOnlyScore(p, s, r, wl), true
 	}
 	out, devices, milli := s.Fit(r)
 	if out != Fits {
 		return Choice{}, 0, false
 	}
-	idle := s.Idle()
-	after := idle - int64(devices)*int64(milli)
+	after := s.Idle() - int64(devices)*int64(milli)
 	if devices > 1 || milli == MilliPerGPU {
 		c := lowestFree(s, devices, milli)
 		switch p {
 		case Fragmentation:
-			return c, fragScore(s, wl, c, r.CPU), true
+			return c, sc.fragScore(s, wl, c, r), true
 		case Packing:
-			return c, lex(packingTier(s, devices, milli, c), -after), true
+			return c, sc.key(packingTier(s, devices, milli, c), after, s), true
 		case Spread:
-			return c, spreadScore(s, after), true
+			return c, sc.key(spreadFrac(s, after), -after, s), true
 		default:
-			return c, bestFitScore(s, r.CPU, after), true
+			return c, sc.key(bestFit(s, r.CPU, after), after, s), true
 		}
 	}
 	// A share of one device: which device matters.
 	switch p {
 	case Fragmentation:
-		return bestFragDevice(s, wl, milli, r.CPU)
+		return sc.bestFragDevice(s, wl, milli, r)
 	case Spread:
 		c := Choice{Mask: 1 << uint(mostFree(s, milli)), Milli: milli}
-		return c, spreadScore(s, after), true
+		return c, sc.key(spreadFrac(s, after), -after, s), true
 	case Packing:
 		c := Choice{Mask: 1 << uint(tightest(s, milli)), Milli: milli}
-		return c, lex(packingTier(s, 1, milli, c), -after), true
+		return c, sc.key(packingTier(s, 1, milli, c), after, s), true
 	default:
 		c := Choice{Mask: 1 << uint(tightest(s, milli)), Milli: milli}
-		return c, bestFitScore(s, r.CPU, after), true
+		return c, sc.key(bestFit(s, r.CPU, after), after, s), true
 	}
 }
 
-// lex orders by primary, then secondary (|secondary| < 2^20).
-func lex(primary, secondary int64) int64 {
-	return primary<<21 + secondary + 1<<20
+// Evaluate is DefaultScoring with the given policy (tests and tools).
+func Evaluate(p Policy, s *NodeState, r *Request, wl *Workload) (Choice, int64, bool) {
+	sc := DefaultScoring
+	sc.Policy = p
+	return sc.Evaluate(s, r, wl)
+}
+
+// key orders by primary, then (with LeastIdle) by less idle GPU left, then
+// (with NodePriority) by the node's priority. |primary| < 2^25.
+func (sc Scoring) key(primary, idleAfter int64, s *NodeState) int64 {
+	k := primary << 37
+	if sc.LeastIdle {
+		k += (1<<20 - min(idleAfter, 1<<20-1)) << 16
+	}
+	if sc.NodePriority {
+		k += int64(s.Prio)
+	}
+	return k
 }
 
 func lowestFree(s *NodeState, devices, milli int32) Choice {
@@ -126,15 +165,16 @@ func mostFree(s *NodeState, milli int32) int {
 	return best
 }
 
-func bestFitScore(s *NodeState, cpu, gpuAfter int64) int64 {
+// bestFit is minus the CPU and GPU left, each normalised by the largest node.
+func bestFit(s *NodeState, cpu, gpuAfter int64) int64 {
 	cpuAfter := max(s.CPUFree-cpu, 0)
 	left := 0.5*float64(cpuAfter)/refCPU + 0.5*float64(gpuAfter)/refGPU
 	return -int64(left * 1e6)
 }
 
-func spreadScore(s *NodeState, after int64) int64 {
-	frac := after * 1000 / (int64(s.Count) * MilliPerGPU)
-	return lex(frac, after)
+// spreadFrac is the node's free GPU fraction after placement, in 1/1000.
+func spreadFrac(s *NodeState, after int64) int64 {
+	return after * 1000 / (int64(s.Count) * MilliPerGPU)
 }
 
 // packingTier ranks as the published GpuPacking: a share on a used GPU first
@@ -160,35 +200,50 @@ func packingTier(s *NodeState, devices, milli int32, c Choice) int64 {
 	return int64(max(100-left/100, 50))
 }
 
-// deltaScale keeps 1/64 milli-GPU of resolution in the fragmentation delta.
+// deltaScale keeps 1/64 milli-GPU of resolution in an exact fragmentation
+// delta.
 const deltaScale = 64
 
-func fragScore(s *NodeState, wl *Workload, c Choice, cpu int64) int64 {
-	fc := wl.cache(s)
+// fragPrimary ranks a fragmentation growth ΔF (milli-GPU): bucketed as FGD's
+// score, or exact.
+func (sc Scoring) fragPrimary(delta float64) int64 {
+	if sc.Exact {
+		return -int64(math.Round(delta * deltaScale))
+	}
+	return int64(100 / (1 + math.Exp(delta/MilliPerGPU)))
+}
+
+// memFree is the memory the fragmentation fit sees: unlimited unless
+// memory-aware.
+func (sc Scoring) memFree(s *NodeState, mem int64) int64 {
+	if !sc.MemoryAware {
+		return math.MaxInt64
+	}
+	return s.MemFree - mem
+}
+
+func (sc Scoring) fragScore(s *NodeState, wl *Workload, c Choice, r *Request) int64 {
+	fc := wl.cache(s, sc.MemoryAware)
 	after := s.Free
 	for i := 0; i < int(s.Count); i++ {
 		if c.Mask&(1<<uint(i)) != 0 {
 			after[i] -= c.Milli
 		}
 	}
-	f := wl.frag(&after, s.Count, s.CPUFree-cpu, fc.match)
-	return fragLex(f-fc.base, s.Idle()-int64(c.Milli)*int64(popcount(c.Mask)))
+	f := wl.frag(&after, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), fc.match)
+	return sc.key(sc.fragPrimary(f-fc.base), s.Idle()-int64(c.Milli)*int64(popcount(c.Mask)), s)
 }
 
-func fragLex(delta float64, idleAfter int64) int64 {
-	d := int64(math.Round(delta * deltaScale))
-	// Ties in fragmentation go to the node left with less idle GPU, which
-	// keeps whole nodes free for large requests.
-	return lex(-d, -idleAfter)
-}
-
-// bestFragDevice tries each distinct free level once: devices with the same
-// free milli give the same fragmentation.
-func bestFragDevice(s *NodeState, wl *Workload, milli int32, cpu int64) (Choice, int64, bool) {
-	fc := wl.cache(s)
-	idle := s.Idle()
+// bestFragDevice tries the devices a share fits on. Bucketed, the first
+// device of the best bucket wins (FGD's choice); exact, the smallest growth,
+// then the tighter device. Devices with the same free milli give the same
+// fragmentation and are tried once.
+func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, r *Request) (Choice, int64, bool) {
+	fc := wl.cache(s, sc.MemoryAware)
+	cpu, mem := s.CPUFree-r.CPU, sc.memFree(s, r.Memory)
 	best := -1
 	var bestF float64
+	var bestP int64
 	var tried [MaxDevices]int32
 	nTried := 0
 	for i := 0; i < int(s.Count); i++ {
@@ -210,29 +265,42 @@ func bestFragDevice(s *NodeState, wl *Workload, milli int32, cpu int64) (Choice,
 		nTried++
 		after := s.Free
 		after[i] -= milli
-		f := wl.frag(&after, s.Count, s.CPUFree-cpu, fc.match)
-		// Lower fragmentation wins; then the tighter device; then the lower index.
-		if best < 0 || f < bestF-1e-9 || (math.Abs(f-bestF) <= 1e-9 && v < s.Free[best]) {
-			best, bestF = i, f
+		f := wl.frag(&after, s.Count, cpu, mem, fc.match)
+		p := sc.fragPrimary(f - fc.base)
+		better := best < 0 || p > bestP
+		if sc.Exact && !better && p == bestP && v < s.Free[best] {
+			better = true
+		}
+		if better {
+			best, bestF, bestP = i, f, p
 		}
 	}
 	if best < 0 {
 		return Choice{}, 0, false
 	}
-	return Choice{Mask: 1 << uint(best), Milli: milli}, fragLex(bestF-fc.base, idle-int64(milli)), true
+	return Choice{Mask: 1 << uint(best), Milli: milli}, sc.key(sc.fragPrimary(bestF-fc.base), s.Idle()-int64(milli), s), true
 }
 
-// cpuOnlyScore keeps CPU-only pods off GPU nodes: the idle GPU a node has is a
-// penalty, and under Fragmentation so is the fragmentation the CPU use adds.
-func cpuOnlyScore(p Policy, s *NodeState, r *Request, wl *Workload) int64 {
+// cpuOnlyScore keeps CPU-only pods off GPU nodes: the idle GPU a node has is
+// a penalty, and under Fragmentation so is the fragmentation the CPU use adds.
+// Nodes without GPUs all tie, so the other plugins (LeastRequested) spread
+// CPU pods among them.
+func (sc Scoring) cpuOnlyScore(p Policy, s *NodeState, r *Request, wl *Workload) int64 {
 	idle := s.Idle()
-	if p == Fragmentation && s.Count > 0 {
-		fc := wl.cache(s)
-		f := wl.frag(&s.Free, s.Count, s.CPUFree-r.CPU, fc.match)
-		return fragLex(f-fc.base, idle)
+	if s.Count == 0 {
+		return sc.key(cpuNodeTop, 0, &NodeState{})
 	}
-	return lex(-idle, 0)
+	if p == Fragmentation {
+		fc := wl.cache(s, sc.MemoryAware)
+		f := wl.frag(&s.Free, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), fc.match)
+		// Any GPU node ranks below every node without GPUs.
+		return sc.key(sc.fragPrimary(f-fc.base)-cpuNodeTop, idle, s)
+	}
+	return sc.key(-idle, idle, s)
 }
+
+// cpuNodeTop ranks nodes without GPUs above every GPU node for CPU-only pods.
+const cpuNodeTop = 1 << 24
 
 func popcount(x uint32) int {
 	n := 0

@@ -19,6 +19,8 @@ type Request struct {
 	MemoryMiB int64
 	Models    ModelSelector
 	CPU       int64
+	// Memory is the pod's memory request in MiB (for fragmentation).
+	Memory int64
 }
 
 // HasGPU reports whether the pod uses any GPU.
@@ -147,6 +149,7 @@ var DefaultRequestOptions = RequestOptions{ResourceNames: []v1.ResourceName{Reso
 func ParseRequest(pod *v1.Pod, opts RequestOptions) (Request, error) {
 	var r Request
 	r.CPU = podRequest(pod, v1.ResourceCPU, true)
+	r.Memory = podRequest(pod, v1.ResourceMemory, true) >> 20
 	var whole int64
 	var wholeName v1.ResourceName
 	for _, name := range opts.ResourceNames {

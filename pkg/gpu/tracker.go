@@ -24,8 +24,10 @@ type Tracker struct {
 	// bound to another node); nil means always.
 	alive atomic.Pointer[func(types.UID, Reservation) bool]
 
+	// slots is copy-on-write: the per-node hot path reads it without a lock;
+	// nodes are added rarely, under mu.
+	slots atomic.Pointer[map[string]*slot]
 	mu    sync.RWMutex
-	slots map[string]*slot
 	byUID map[types.UID]string
 }
 
@@ -49,12 +51,13 @@ type Reservation struct {
 
 // NewTracker reads nodes and pods with the given options.
 func NewTracker(opts NodeOptions) *Tracker {
-	return &Tracker{
+	t := &Tracker{
 		opts:    opts,
 		reqOpts: RequestOptions{ResourceNames: opts.ResourceNames},
-		slots:   map[string]*slot{},
 		byUID:   map[types.UID]string{},
 	}
+	t.slots.Store(&map[string]*slot{})
+	return t
 }
 
 // SetAlive tells the tracker how to check that a reserved pod still exists,
@@ -68,17 +71,21 @@ func (t *Tracker) Options() NodeOptions { return t.opts }
 func (t *Tracker) RequestOptions() RequestOptions { return t.reqOpts }
 
 func (t *Tracker) slot(node string, create bool) *slot {
-	t.mu.RLock()
-	s := t.slots[node]
-	t.mu.RUnlock()
+	s := (*t.slots.Load())[node]
 	if s != nil || !create {
 		return s
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if s = t.slots[node]; s == nil {
+	old := *t.slots.Load()
+	if s = old[node]; s == nil {
 		s = &slot{reservations: map[types.UID]Reservation{}}
-		t.slots[node] = s
+		m := make(map[string]*slot, len(old)+1)
+		for k, v := range old {
+			m[k] = v
+		}
+		m[node] = s
+		t.slots.Store(&m)
 	}
 	return s
 }
@@ -99,9 +106,10 @@ func (t *Tracker) Lookup(node string, generation int64) *NodeState {
 
 // Build computes a node's state from the node, the pods on it, and the
 // reservations, caches it under the generation, and returns it. cpuFree is
-// the node's allocatable CPU minus what its pods request.
-func (t *Tracker) Build(node *v1.Node, generation int64, pods []*v1.Pod, cpuFree int64) *NodeState {
-	st := t.Compute(node, pods, cpuFree, "", true)
+// the node's allocatable CPU minus what its pods request, memFree the same
+// for memory in MiB.
+func (t *Tracker) Build(node *v1.Node, generation int64, pods []*v1.Pod, cpuFree, memFree int64) *NodeState {
+	st := t.Compute(node, pods, cpuFree, memFree, "", true)
 	s := t.slot(node.Name, true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -120,7 +128,7 @@ func (t *Tracker) Build(node *v1.Node, generation int64, pods []*v1.Pod, cpuFree
 // assignment, or exists unbound elsewhere (in flight). It is retired when the
 // snapshot shows the pod with its assignment (never from the informer's view,
 // which runs ahead of the snapshot), or when the pod is gone.
-func (t *Tracker) Compute(node *v1.Node, pods []*v1.Pod, cpuFree int64, exclude types.UID, snapshot bool) *NodeState {
+func (t *Tracker) Compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64, exclude types.UID, snapshot bool) *NodeState {
 	s := t.slot(node.Name, true)
 	var done []types.UID
 	defer func() {
@@ -132,6 +140,7 @@ func (t *Tracker) Compute(node *v1.Node, pods []*v1.Pod, cpuFree int64, exclude 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := NewNodeState(node.Name, ReadInventory(node, t.opts), cpuFree)
+	st.MemFree = memFree
 	st.key.version = s.version.Load()
 	handled := make(map[types.UID]bool, len(s.reservations))
 	var unknown []Request
@@ -186,7 +195,7 @@ func (t *Tracker) Compute(node *v1.Node, pods []*v1.Pod, cpuFree int64, exclude 
 func (t *Tracker) dropUID(uid types.UID) {
 	t.mu.Lock()
 	if node, ok := t.byUID[uid]; ok {
-		if s := t.slots[node]; s != nil {
+		if s := (*t.slots.Load())[node]; s != nil {
 			s.mu.Lock()
 			_, still := s.reservations[uid]
 			s.mu.Unlock()
@@ -291,14 +300,13 @@ type ReservationEntry struct {
 
 // Reservations lists the in-flight reservations, ordered by node and pod.
 func (t *Tracker) Reservations() []ReservationEntry {
-	t.mu.RLock()
-	names := make([]string, 0, len(t.slots))
-	slots := make([]*slot, 0, len(t.slots))
-	for n, s := range t.slots {
+	all := *t.slots.Load()
+	names := make([]string, 0, len(all))
+	slots := make([]*slot, 0, len(all))
+	for n, s := range all {
 		names = append(names, n)
 		slots = append(slots, s)
 	}
-	t.mu.RUnlock()
 	var out []ReservationEntry
 	for i, s := range slots {
 		s.mu.Lock()
@@ -319,9 +327,16 @@ func (t *Tracker) Reservations() []ReservationEntry {
 // ForgetNode drops a deleted node's cache and reservations.
 func (t *Tracker) ForgetNode(node string) {
 	t.mu.Lock()
-	s := t.slots[node]
-	delete(t.slots, node)
+	old := *t.slots.Load()
+	s := old[node]
 	if s != nil {
+		m := make(map[string]*slot, len(old))
+		for k, v := range old {
+			if k != node {
+				m[k] = v
+			}
+		}
+		t.slots.Store(&m)
 		s.mu.Lock()
 		for uid := range s.reservations {
 			delete(t.byUID, uid)

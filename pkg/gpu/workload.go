@@ -10,7 +10,9 @@ import (
 
 // Task is one kind of typical pod in a target workload, with its share.
 type Task struct {
-	CPU    int64
+	CPU int64
+	// Memory in MiB; 0 leaves memory out of the fit.
+	Memory int64
 	Milli  int32 // per device; 0 means CPU-only
 	Count  int32 // devices; 1 for a shared GPU
 	Models ModelSelector
@@ -20,7 +22,7 @@ type Task struct {
 // TaskOf describes a request as a task (memory-denominated requests have no
 // node-independent size and are not typical tasks).
 func TaskOf(r *Request) (Task, bool) {
-	t := Task{CPU: r.CPU, Models: r.Models}
+	t := Task{CPU: r.CPU, Memory: r.Memory, Models: r.Models}
 	switch {
 	case r.Count > 0:
 		t.Count, t.Milli = r.Count, MilliPerGPU
@@ -70,9 +72,10 @@ func (w *Workload) Tasks() []Task { return w.tasks }
 
 // fragCache memoises a node's baseline fragmentation for one workload.
 type fragCache struct {
-	wl    *Workload
-	match []uint64 // task i's model selector allows this node
-	base  float64
+	wl       *Workload
+	memAware bool
+	match    []uint64 // task i's model selector allows this node
+	base     float64
 }
 
 type fragSlot struct{ p atomic.Pointer[fragCache] }
@@ -89,29 +92,34 @@ func (w *Workload) matchMask(s *NodeState) []uint64 {
 }
 
 // cache returns the node's memoised baseline for this workload.
-func (w *Workload) cache(s *NodeState) *fragCache {
-	if c := s.frag.p.Load(); c != nil && c.wl == w {
+func (w *Workload) cache(s *NodeState, memAware bool) *fragCache {
+	if c := s.frag.p.Load(); c != nil && c.wl == w && c.memAware == memAware {
 		return c
 	}
-	c := &fragCache{wl: w, match: w.matchMask(s)}
-	c.base = w.frag(&s.Free, s.Count, s.CPUFree, c.match)
+	c := &fragCache{wl: w, memAware: memAware, match: w.matchMask(s)}
+	mem := int64(math.MaxInt64)
+	if memAware {
+		mem = s.MemFree
+	}
+	c.base = w.frag(&s.Free, s.Count, s.CPUFree, mem, c.match)
 	s.frag.p.Store(c)
 	return c
 }
 
 // Frag is the node's fragmentation F_n in milli-GPU: the expected idle GPU that
-// a typical task could not use (openb-benchmark.md §5).
+// a typical task could not use (openb-benchmark.md §5; memory not counted).
 func (w *Workload) Frag(s *NodeState) float64 {
 	if s.Count == 0 {
 		return 0
 	}
-	return w.cache(s).base
+	return w.cache(s, false).base
 }
 
-// frag computes F for a device vector without allocating. Tasks are sorted by
+// frag computes F for a device vector without allocating. memFree is
+// math.MaxInt64 when memory is not counted. Tasks are sorted by
 // milli, so one pass over the sorted devices gives, per task, the idle GPU on
 // devices too small for it and how many devices are large enough.
-func (w *Workload) frag(free *[MaxDevices]int32, count int32, cpuFree int64, match []uint64) float64 {
+func (w *Workload) frag(free *[MaxDevices]int32, count int32, cpuFree, memFree int64, match []uint64) float64 {
 	var sorted [MaxDevices]int32
 	n := int(count)
 	var idle int64
@@ -141,7 +149,7 @@ func (w *Workload) frag(free *[MaxDevices]int32, count int32, cpuFree int64, mat
 			below += int64(sorted[j])
 			j++
 		}
-		if int32(n-j) >= t.Count && cpuFree >= t.CPU {
+		if int32(n-j) >= t.Count && cpuFree >= t.CPU && memFree >= t.Memory {
 			f += t.Weight * float64(below)
 		} else {
 			f += t.Weight * float64(idle)
@@ -177,6 +185,8 @@ type taskKey struct {
 type learned struct {
 	task   Task
 	weight float64
+	// memSum accumulates weight·memory: a key's memory is its mean.
+	memSum float64
 }
 
 // NewLearner keeps the most common tasks that together make up coverage of
@@ -218,6 +228,7 @@ func (l *Learner) Observe(uid string, r *Request) {
 		l.counts[k] = e
 	}
 	e.weight += l.scale
+	e.memSum += l.scale * float64(t.Memory)
 	l.total += l.scale
 	l.pending += l.scale
 	if l.halfLife > 0 {
@@ -225,6 +236,7 @@ func (l *Learner) Observe(uid string, r *Request) {
 		if l.scale > 1e100 { // renormalise long before overflow
 			for _, c := range l.counts {
 				c.weight /= l.scale
+				c.memSum /= l.scale
 			}
 			l.total /= l.scale
 			l.pending /= l.scale
@@ -265,6 +277,9 @@ func topTasks(entries []*learned, total, coverage float64) []Task {
 	for _, e := range entries {
 		t := e.task
 		t.Weight = e.weight
+		if e.weight > 0 {
+			t.Memory = int64(e.memSum / e.weight)
+		}
 		tasks = append(tasks, t)
 		cum += e.weight
 		if cum >= coverage*total-1e-9 {
@@ -308,6 +323,7 @@ func TypicalTasks(reqs []Request, coverage float64) []Task {
 			counts[k] = e
 		}
 		e.weight++
+		e.memSum += float64(t.Memory)
 		total++
 	}
 	entries := make([]*learned, 0, len(counts))

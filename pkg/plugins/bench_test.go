@@ -216,6 +216,6 @@ func BenchmarkStateRebuild(b *testing.B) {
 	tr := gpu.NewTracker(gpu.DefaultNodeOptions)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		tr.Build(node, int64(i), pods, 96000)
+		tr.Build(node, int64(i), pods, 96000, 1<<20)
 	}
 }

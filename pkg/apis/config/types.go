@@ -49,7 +49,29 @@ type GPUScoreArgs struct {
 	Policy string
 	// TargetWorkload is what fragmentation is measured against.
 	TargetWorkload TargetWorkload
+	// Scoring refines the ranking (ablations; the defaults measured best).
+	Scoring ScoringOptions
 }
+
+// ScoringOptions refine how GPUScore ranks nodes.
+type ScoringOptions struct {
+	// Resolution of Fragmentation: Bucketed (FGD's integer score) or Exact.
+	Resolution string
+	// LeastIdleTieBreak prefers, among equal nodes, the one left with the
+	// least idle GPU.
+	LeastIdleTieBreak bool
+	// NodePriorityTieBreak breaks the remaining ties by a stable per-node
+	// order.
+	NodePriorityTieBreak bool
+	// MemoryAware counts memory in the fit of typical pods.
+	MemoryAware bool
+}
+
+// Resolution values.
+const (
+	ResolutionBucketed = "Bucketed"
+	ResolutionExact    = "Exact"
+)
 
 // TargetWorkload is learned from the pods seen, or given.
 type TargetWorkload struct {
@@ -67,10 +89,12 @@ type TargetWorkload struct {
 // WorkloadTask is one typical pod and its relative frequency.
 type WorkloadTask struct {
 	CPUMilli int64
-	GPUMilli int32
-	GPUCount int32
-	Models   []string
-	Weight   int64
+	// MemoryMiB is the task's memory; 0 leaves memory out of its fit.
+	MemoryMiB int64
+	GPUMilli  int32
+	GPUCount  int32
+	Models    []string
+	Weight    int64
 }
 
 // LeastRequestedArgs configures LeastRequested.

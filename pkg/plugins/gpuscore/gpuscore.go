@@ -26,8 +26,8 @@ const Name = "GPUScore"
 
 // GPUScore scores nodes by the GPU placement policy.
 type GPUScore struct {
-	shared *shared.Shared
-	policy gpu.Policy
+	shared  *shared.Shared
+	scoring gpu.Scoring
 }
 
 var (
@@ -51,6 +51,13 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	policy, _ := gpu.ParsePolicy(args.Policy)
+	sc := gpu.Scoring{
+		Policy:       policy,
+		Exact:        args.Scoring.Resolution == config.ResolutionExact,
+		LeastIdle:    args.Scoring.LeastIdleTieBreak,
+		NodePriority: args.Scoring.NodePriorityTieBreak,
+		MemoryAware:  args.Scoring.MemoryAware,
+	}
 	s := shared.For(h)
 	w := args.TargetWorkload
 	if w.Mode == config.WorkloadStatic {
@@ -58,18 +65,18 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		if err != nil {
 			return nil, fmt.Errorf("%s: args.targetWorkload: %w", Name, err)
 		}
-		s.SetScoring(policy, nil, wl)
+		s.SetScoring(sc, nil, wl)
 	} else {
-		s.SetScoring(policy, gpu.NewLearner(float64(w.CoveragePercent)/100, int(w.HalfLifePods)), nil)
+		s.SetScoring(sc, gpu.NewLearner(float64(w.CoveragePercent)/100, int(w.HalfLifePods)), nil)
 	}
-	return &GPUScore{shared: s, policy: policy}, nil
+	return &GPUScore{shared: s, scoring: sc}, nil
 }
 
 // StaticWorkload turns configured tasks into a workload.
 func StaticWorkload(tasks []config.WorkloadTask) (*gpu.Workload, error) {
 	var out []gpu.Task
 	for _, t := range tasks {
-		out = append(out, gpu.Task{CPU: t.CPUMilli, Milli: t.GPUMilli, Count: t.GPUCount,
+		out = append(out, gpu.Task{CPU: t.CPUMilli, Memory: t.MemoryMiB, Milli: t.GPUMilli, Count: t.GPUCount,
 			Models: gpu.ModelSelector{Exact: slices.Clone(t.Models)}, Weight: float64(t.Weight)})
 	}
 	return gpu.NewWorkload(out)
@@ -116,7 +123,7 @@ func (pl *GPUScore) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeI
 	}
 	s := d.(*preScoreState)
 	st := pl.shared.State(nodeInfo)
-	_, raw, ok := gpu.Evaluate(pl.policy, st, &s.req, s.wl)
+	_, raw, ok := pl.scoring.Evaluate(st, &s.req, s.wl)
 	if !ok {
 		return minRaw, nil
 	}

@@ -88,7 +88,9 @@ func TestPolicies(t *testing.T) {
 		bound("b0", "busy", "busy:0=1000,1=1000,2=1000"),
 		bound("b3", "busy", "busy:3=700"),
 	}
-	wl := []config.WorkloadTask{{CPUMilli: 1000, GPUMilli: 300, GPUCount: 1, Weight: 1}, {CPUMilli: 1000, GPUMilli: 1000, GPUCount: 1, Weight: 1}}
+	// An 8-GPU task makes breaking a whole 8-GPU node costly.
+	wl := []config.WorkloadTask{{CPUMilli: 1000, GPUMilli: 300, GPUCount: 1, Weight: 1}, {CPUMilli: 1000, GPUMilli: 1000, GPUCount: 1, Weight: 1},
+		{CPUMilli: 1000, GPUMilli: 1000, GPUCount: 8, Weight: 1}}
 	tests := map[string]struct {
 		args     *config.GPUScoreArgs
 		pod      *v1.Pod
@@ -106,7 +108,6 @@ func TestPolicies(t *testing.T) {
 		"cpu only, any policy": {staticArgs(gpu.Spread), st.MakePod().Name("c").UID("c").Req(map[v1.ResourceName]string{v1.ResourceCPU: "1"}).Obj(), "cpu"},
 		"cpu only, fragmentation": {staticArgs(gpu.Fragmentation, wl...),
 			st.MakePod().Name("c").UID("c").Req(map[v1.ResourceName]string{v1.ResourceCPU: "1"}).Obj(), "cpu"},
-		"learned (no history yet) falls back to best fit": {scheme.DefaultGPUScoreArgs(), sharedPod("p", "300"), "busy"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

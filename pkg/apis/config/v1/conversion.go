@@ -94,6 +94,15 @@ func Convert_config_GPUFitArgs_To_v1_GPUFitArgs(in *config.GPUFitArgs, out *GPUF
 // Convert_v1_GPUScoreArgs_To_config_GPUScoreArgs converts defaulted v1 args.
 func Convert_v1_GPUScoreArgs_To_config_GPUScoreArgs(in *GPUScoreArgs, out *config.GPUScoreArgs) {
 	out.Policy = ptr.Deref(in.Policy, "")
+	out.Scoring = config.ScoringOptions{}
+	if sc := in.Scoring; sc != nil {
+		out.Scoring = config.ScoringOptions{
+			Resolution:           ptr.Deref(sc.Resolution, ""),
+			LeastIdleTieBreak:    ptr.Deref(sc.LeastIdleTieBreak, false),
+			NodePriorityTieBreak: ptr.Deref(sc.NodePriorityTieBreak, false),
+			MemoryAware:          ptr.Deref(sc.MemoryAware, false),
+		}
+	}
 	out.TargetWorkload = config.TargetWorkload{}
 	if w := in.TargetWorkload; w != nil {
 		out.TargetWorkload.Mode = ptr.Deref(w.Mode, "")
@@ -101,7 +110,7 @@ func Convert_v1_GPUScoreArgs_To_config_GPUScoreArgs(in *GPUScoreArgs, out *confi
 		out.TargetWorkload.HalfLifePods = ptr.Deref(w.HalfLifePods, 0)
 		for _, t := range w.Tasks {
 			out.TargetWorkload.Tasks = append(out.TargetWorkload.Tasks, config.WorkloadTask{
-				CPUMilli: t.CPUMilli, GPUMilli: t.GPUMilli, GPUCount: t.GPUCount, Models: slices.Clone(t.Models), Weight: t.Weight})
+				CPUMilli: t.CPUMilli, MemoryMiB: t.MemoryMiB, GPUMilli: t.GPUMilli, GPUCount: t.GPUCount, Models: slices.Clone(t.Models), Weight: t.Weight})
 		}
 	}
 }
@@ -109,6 +118,12 @@ func Convert_v1_GPUScoreArgs_To_config_GPUScoreArgs(in *GPUScoreArgs, out *confi
 // Convert_config_GPUScoreArgs_To_v1_GPUScoreArgs converts internal args back.
 func Convert_config_GPUScoreArgs_To_v1_GPUScoreArgs(in *config.GPUScoreArgs, out *GPUScoreArgs) {
 	out.Policy = ptr.To(in.Policy)
+	out.Scoring = &ScoringOptions{
+		Resolution:           ptr.To(in.Scoring.Resolution),
+		LeastIdleTieBreak:    ptr.To(in.Scoring.LeastIdleTieBreak),
+		NodePriorityTieBreak: ptr.To(in.Scoring.NodePriorityTieBreak),
+		MemoryAware:          ptr.To(in.Scoring.MemoryAware),
+	}
 	w := in.TargetWorkload
 	out.TargetWorkload = &TargetWorkload{
 		Mode:            ptr.To(w.Mode),
@@ -117,6 +132,6 @@ func Convert_config_GPUScoreArgs_To_v1_GPUScoreArgs(in *config.GPUScoreArgs, out
 	}
 	for _, t := range w.Tasks {
 		out.TargetWorkload.Tasks = append(out.TargetWorkload.Tasks, WorkloadTask{
-			CPUMilli: t.CPUMilli, GPUMilli: t.GPUMilli, GPUCount: t.GPUCount, Models: slices.Clone(t.Models), Weight: t.Weight})
+			CPUMilli: t.CPUMilli, MemoryMiB: t.MemoryMiB, GPUMilli: t.GPUMilli, GPUCount: t.GPUCount, Models: slices.Clone(t.Models), Weight: t.Weight})
 	}
 }

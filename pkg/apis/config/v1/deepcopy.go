@@ -35,6 +35,10 @@ func (in *GPUScoreArgs) DeepCopyObject() runtime.Object {
 		return nil
 	}
 	out := &GPUScoreArgs{TypeMeta: in.TypeMeta, Policy: clonePtr(in.Policy)}
+	if sc := in.Scoring; sc != nil {
+		out.Scoring = &ScoringOptions{Resolution: clonePtr(sc.Resolution), LeastIdleTieBreak: clonePtr(sc.LeastIdleTieBreak),
+			NodePriorityTieBreak: clonePtr(sc.NodePriorityTieBreak), MemoryAware: clonePtr(sc.MemoryAware)}
+	}
 	if w := in.TargetWorkload; w != nil {
 		out.TargetWorkload = &TargetWorkload{Mode: clonePtr(w.Mode), CoveragePercent: clonePtr(w.CoveragePercent), HalfLifePods: clonePtr(w.HalfLifePods)}
 		for _, t := range w.Tasks {

@@ -66,6 +66,22 @@ func SetDefaults_GPUScoreArgs(obj *GPUScoreArgs) {
 	if w.HalfLifePods == nil {
 		w.HalfLifePods = ptr.To[int32](10000)
 	}
+	if obj.Scoring == nil {
+		obj.Scoring = &ScoringOptions{}
+	}
+	sc := obj.Scoring
+	if sc.Resolution == nil {
+		sc.Resolution = ptr.To("Bucketed")
+	}
+	if sc.LeastIdleTieBreak == nil {
+		sc.LeastIdleTieBreak = ptr.To(false)
+	}
+	if sc.NodePriorityTieBreak == nil {
+		sc.NodePriorityTieBreak = ptr.To(true)
+	}
+	if sc.MemoryAware == nil {
+		sc.MemoryAware = ptr.To(true)
+	}
 }
 
 // SetDefaults_LeastRequestedArgs fills LeastRequestedArgs.

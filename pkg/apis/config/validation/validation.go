@@ -67,6 +67,12 @@ func ValidateGPUScoreArgs(path *field.Path, args *config.GPUScoreArgs) error {
 	if _, err := gpu.ParsePolicy(args.Policy); err != nil {
 		errs = append(errs, field.NotSupported(path.Child("policy"), args.Policy, policyNames()))
 	}
+	switch args.Scoring.Resolution {
+	case config.ResolutionBucketed, config.ResolutionExact:
+	default:
+		errs = append(errs, field.NotSupported(path.Child("scoring", "resolution"), args.Scoring.Resolution,
+			[]string{config.ResolutionBucketed, config.ResolutionExact}))
+	}
 	w := args.TargetWorkload
 	wp := path.Child("targetWorkload")
 	switch w.Mode {

@@ -26,10 +26,9 @@ type Shared struct {
 }
 
 type scoring struct {
-	policy   gpu.Policy
-	learner  *gpu.Learner
-	static   *gpu.Workload
-	explicit bool
+	sc      gpu.Scoring
+	learner *gpu.Learner
+	static  *gpu.Workload
 }
 
 var (
@@ -46,7 +45,9 @@ func For(h fwk.Handle) *Shared {
 	if s == nil {
 		s = &Shared{}
 		s.Configure(gpu.DefaultNodeOptions)
-		s.scoring.Store(&scoring{policy: gpu.BestFit, learner: gpu.NewLearner(0.95, 10000)})
+		sc := gpu.DefaultScoring
+		sc.Policy = gpu.BestFit
+		s.scoring.Store(&scoring{sc: sc, learner: gpu.NewLearner(0.95, 10000)})
 		profiles[h] = s
 	}
 	return s
@@ -60,17 +61,17 @@ func (s *Shared) Configure(opts gpu.NodeOptions) {
 	s.tracker.Store(t)
 }
 
-// SetScoring sets the policy and target workload (GPUScore's args). static
+// SetScoring sets the scoring and target workload (GPUScore's args). static
 // is nil for a learned workload; learner is nil for a static one.
-func (s *Shared) SetScoring(p gpu.Policy, learner *gpu.Learner, static *gpu.Workload) {
-	s.scoring.Store(&scoring{policy: p, learner: learner, static: static, explicit: true})
+func (s *Shared) SetScoring(sc gpu.Scoring, learner *gpu.Learner, static *gpu.Workload) {
+	s.scoring.Store(&scoring{sc: sc, learner: learner, static: static})
 }
 
 // Tracker returns the device tracker.
 func (s *Shared) Tracker() *gpu.Tracker { return s.tracker.Load() }
 
-// Policy returns the placement policy.
-func (s *Shared) Policy() gpu.Policy { return s.scoring.Load().policy }
+// Scoring returns the placement scoring.
+func (s *Shared) Scoring() gpu.Scoring { return s.scoring.Load().sc }
 
 // Workload returns the current target workload, or nil if none is known yet.
 func (s *Shared) Workload() *gpu.Workload {
@@ -91,9 +92,9 @@ func (s *Shared) Observe(uid types.UID, r *gpu.Request) {
 	}
 }
 
-// Evaluate is gpu.Evaluate with the profile's policy and workload.
+// Evaluate is the profile's scoring with its current workload.
 func (s *Shared) Evaluate(st *gpu.NodeState, r *gpu.Request) (gpu.Choice, int64, bool) {
-	return gpu.Evaluate(s.Policy(), st, r, s.Workload())
+	return s.Scoring().Evaluate(st, r, s.Workload())
 }
 
 // State returns a node's device state as the scheduler's snapshot sees it,
@@ -105,7 +106,7 @@ func (s *Shared) State(nodeInfo fwk.NodeInfo) *gpu.NodeState {
 	if st := t.Lookup(node.Name, gen); st != nil {
 		return st
 	}
-	return t.Build(node, gen, podsOf(nodeInfo), cpuFree(nodeInfo))
+	return t.Build(node, gen, podsOf(nodeInfo), cpuFree(nodeInfo), memFree(nodeInfo))
 }
 
 // StateExcluding evaluates a node without one pod: neither its entry in the
@@ -113,11 +114,11 @@ func (s *Shared) State(nodeInfo fwk.NodeInfo) *gpu.NodeState {
 // repeated Reserve), so that reserving twice gives the same devices.
 func (s *Shared) StateExcluding(nodeInfo fwk.NodeInfo, uid types.UID) *gpu.NodeState {
 	if _, _, reserved := s.Tracker().Reserved(uid); reserved {
-		return s.Tracker().Compute(nodeInfo.Node(), podsOf(nodeInfo), cpuFree(nodeInfo), uid, true)
+		return s.Tracker().Compute(nodeInfo.Node(), podsOf(nodeInfo), cpuFree(nodeInfo), memFree(nodeInfo), uid, true)
 	}
 	for _, p := range nodeInfo.GetPods() {
 		if p.GetPod().UID == uid {
-			return s.Tracker().Compute(nodeInfo.Node(), podsOf(nodeInfo), cpuFree(nodeInfo), uid, true)
+			return s.Tracker().Compute(nodeInfo.Node(), podsOf(nodeInfo), cpuFree(nodeInfo), memFree(nodeInfo), uid, true)
 		}
 	}
 	return s.State(nodeInfo)
@@ -134,6 +135,10 @@ func podsOf(nodeInfo fwk.NodeInfo) []*v1.Pod {
 
 func cpuFree(nodeInfo fwk.NodeInfo) int64 {
 	return nodeInfo.GetAllocatable().GetMilliCPU() - nodeInfo.GetRequested().GetMilliCPU()
+}
+
+func memFree(nodeInfo fwk.NodeInfo) int64 {
+	return (nodeInfo.GetAllocatable().GetMemory() - nodeInfo.GetRequested().GetMemory()) >> 20
 }
 
 // NodeNameIndex indexes pods by spec.nodeName in the pod informer.
@@ -200,7 +205,7 @@ func (s *Shared) CurrentState(node *v1.Node) (*gpu.NodeState, bool) {
 	if !ok {
 		return nil, false
 	}
-	return s.Tracker().Compute(node, pods, 0, "", false), true
+	return s.Tracker().Compute(node, pods, 0, 0, "", false), true
 }
 
 // AllPods lists every pod in the informer (nil without one).

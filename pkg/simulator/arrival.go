@@ -1,0 +1,90 @@
+package simulator
+
+import (
+	"fmt"
+	"math/rand"
+	"sort"
+)
+
+// Arrival is one experiment's input: the pods in submission order, and the
+// nodes in tie-break order (the scheduler prefers the first of equal nodes).
+type Arrival struct {
+	Pods  []PodRow
+	Nodes []NodeRow
+	// Originals is how many of Pods are trace pods; the rest are clones
+	// (tune up) — or fewer trace pods survived (tune down).
+	Originals int
+	// Target is the tuned GPU request (tune × capacity) and Requested what
+	// the pods ask for in all.
+	Target, Requested int64
+}
+
+// NewArrival follows the published method (openb-benchmark.md §3) with Go's
+// math/rand seeded as the original simulator seeds its global source, so the
+// order of pods and nodes is the original's:
+//  1. W is the trace sorted by name (the pool clones come from);
+//  2. one Int() is drawn and dropped, as the original's debug log does;
+//  3. the pods, sorted by name, are shuffled;
+//  4. tune up: clones drawn uniformly from W are appended while the running
+//     request plus the clone's per-device milli stays within the target (the
+//     original tests m, not m·k); tune down: random pods are removed while
+//     the request exceeds the target;
+//  5. the nodes, sorted by name, get a random rank (Perm): ties between
+//     nodes go to the lowest rank, as the original's renamed nodes do.
+func NewArrival(t *Trace, seed int64, tune float64) (*Arrival, error) {
+	if tune <= 0 {
+		return nil, fmt.Errorf("tune must be positive, got %v", tune)
+	}
+	r := rand.New(rand.NewSource(seed))
+	w := append([]PodRow(nil), t.Pods...)
+	sort.SliceStable(w, func(i, j int) bool { return w[i].Name < w[j].Name })
+	r.Int()
+	pods := append([]PodRow(nil), w...)
+	r.Shuffle(len(pods), func(i, j int) { pods[i], pods[j] = pods[j], pods[i] })
+
+	var requested int64
+	for i := range pods {
+		requested += pods[i].GPURequest()
+	}
+	target := int64(tune * float64(t.Capacity()))
+	a := &Arrival{Originals: len(pods), Target: target}
+	if requested < target {
+		for i := 0; ; i++ {
+			c := w[r.Intn(len(w))]
+			if requested+int64(c.GPUMilli) > target {
+				break
+			}
+			c.Name = fmt.Sprintf("%s-tuned-%d", c.Name, i)
+			requested += c.GPURequest()
+			pods = append(pods, c)
+			if i > 10*len(w)+1_000_000 {
+				return nil, fmt.Errorf("tune up does not converge (no GPU pods in the trace?)")
+			}
+		}
+	} else {
+		for requested > target && len(pods) > 0 {
+			i := r.Intn(len(pods))
+			requested -= pods[i].GPURequest()
+			pods = append(pods[:i], pods[i+1:]...)
+			a.Originals--
+		}
+	}
+	a.Pods, a.Requested = pods, requested
+
+	nodes := append([]NodeRow(nil), t.Nodes...)
+	sort.SliceStable(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	perm := r.Perm(len(nodes))
+	order := make([]int, len(nodes))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(x, y int) bool { return perm[order[x]] < perm[order[y]] })
+	for _, i := range order {
+		// Renamed as the original renames them: equal nodes are then ranked
+		// by a fresh random order per seed, whatever breaks the tie.
+		n := nodes[i]
+		n.Name = fmt.Sprintf("%04d-%s", perm[i], n.Name)
+		a.Nodes = append(a.Nodes, n)
+	}
+	return a, nil
+}

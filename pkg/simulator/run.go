@@ -1,0 +1,281 @@
+package simulator
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpu-scheduler/gpu-scheduler/manifests"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/offline"
+)
+
+// Policy is a scheduler setup to compare.
+type Policy string
+
+const (
+	// Learned is the shipped configuration: Fragmentation against a target
+	// workload learned online from the pods seen so far.
+	Learned Policy = "learned"
+	// FGD is Fragmentation with the target workload taken from the whole
+	// trace, as the published method does.
+	FGD Policy = "fgd"
+	// BestFit, Packing and Spread are GPUScore's other policies.
+	BestFit Policy = "bestfit"
+	Packing Policy = "packing"
+	Spread  Policy = "spread"
+	// Vanilla is kube-scheduler v1.37.2's default profile, whole GPUs only.
+	Vanilla Policy = "vanilla"
+)
+
+// Ablations of the fragmentation policy (trace target), one idea removed each:
+//   - FGDPaper: FGD as published: no memory in the fit;
+//   - FGDNoPrio: no stable node order: ties fall to the scheduler's heap;
+//   - FGDExact: ranked by the exact growth, ties to the least idle node
+//     (our first design).
+const (
+	FGDPaper  Policy = "fgd-paper"
+	FGDNoPrio Policy = "fgd-noprio"
+	FGDExact  Policy = "fgd-exact"
+)
+
+// Policies lists every policy, in report order; the ablations come last.
+var Policies = []Policy{Learned, FGD, BestFit, Packing, Spread, Vanilla, FGDPaper, FGDNoPrio, FGDExact}
+
+// Compared is the default set: the six the benchmark compares.
+var Compared = Policies[:6]
+
+// PolicyHelp describes the policies for --help.
+var PolicyHelp = map[Policy]string{
+	Learned:   "the shipped profile: GPUScore Fragmentation, target workload learned online",
+	FGD:       "GPUScore Fragmentation with the trace's typical pods as target (the paper's FGD)",
+	BestFit:   "GPUScore BestFit",
+	Packing:   "GPUScore Packing",
+	Spread:    "GPUScore Spread",
+	Vanilla:   "kube-scheduler v1.37.2 default profile; shared pods take whole GPUs",
+	FGDPaper:  "ablation: fgd without memory in the fit (FGD as published)",
+	FGDNoPrio: "ablation: fgd without the stable node-order tie-break",
+	FGDExact:  "ablation: fgd ranked by the exact growth, least-idle tie-break, no node order",
+}
+
+// ParsePolicy validates a policy name.
+func ParsePolicy(s string) (Policy, error) {
+	for _, p := range Policies {
+		if string(p) == s {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("unknown policy %q (want one of %v)", s, Policies)
+}
+
+// Experiment is one replay.
+type Experiment struct {
+	Trace  *Trace
+	Policy Policy
+	Seed   int64
+	Tune   float64
+	// Parallelism of Filter and Score inside a cycle (the scheduler's 16).
+	Parallelism int
+	// Progress, if set, is called every 1000 pods.
+	Progress func(done, total int)
+	// Limit stops after so many pods (profiling); 0 replays all.
+	Limit int
+}
+
+// Result is what one replay measured.
+type Result struct {
+	Workload string
+	Policy   Policy
+	Seed     int64
+	Curve    Curve
+	Events   []Event
+	Pods     int
+	Bound    int
+	Failed   int
+	// Capacity is the cluster's GPU capacity (milli); FinalAllocated what
+	// the bound pods hold at the end.
+	Capacity       int64
+	FinalAllocated int64
+	Wall           time.Duration
+	// FailReasons counts, per Filter reason, the nodes that refused the
+	// failed pods (summed over failed pods).
+	FailReasons map[string]int `json:",omitempty"`
+}
+
+// Profile builds the scheduler profile a policy runs: the shipped
+// configuration (with GPUScore's args set for the policy), or the vanilla
+// default. Every node is evaluated (percentageOfNodesToScore 100), as in the
+// published method.
+func Profile(p Policy, t *Trace) (*schedconfig.KubeSchedulerProfile, error) {
+	data := manifests.SchedulerConfig
+	name := gpu.SchedulerName
+	if p == Vanilla {
+		data = []byte("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n")
+		name = v1.DefaultSchedulerName
+	}
+	cfg, err := offline.LoadConfig(data)
+	if err != nil {
+		return nil, err
+	}
+	prof, err := offline.Profile(cfg, name)
+	if err != nil {
+		return nil, err
+	}
+	prof.PercentageOfNodesToScore = ptr.To[int32](100)
+	var args *config.GPUScoreArgs
+	for _, pc := range prof.PluginConfig {
+		if a, ok := pc.Args.(*config.GPUScoreArgs); ok {
+			args = a
+		}
+	}
+	switch p {
+	case Learned, Vanilla:
+	case FGD, FGDPaper, FGDNoPrio, FGDExact:
+		args.Policy = string(gpu.Fragmentation)
+		args.TargetWorkload.Mode = config.WorkloadStatic
+		args.TargetWorkload.Tasks = TraceTasks(t, float64(args.TargetWorkload.CoveragePercent)/100)
+		switch p {
+		case FGDPaper:
+			args.Scoring.MemoryAware = false
+		case FGDNoPrio:
+			args.Scoring.NodePriorityTieBreak = false
+		case FGDExact:
+			args.Scoring = config.ScoringOptions{Resolution: config.ResolutionExact, LeastIdleTieBreak: true}
+		}
+	case BestFit:
+		args.Policy = string(gpu.BestFit)
+	case Packing:
+		args.Policy = string(gpu.Packing)
+	case Spread:
+		args.Policy = string(gpu.Spread)
+	default:
+		return nil, fmt.Errorf("unknown policy %q", p)
+	}
+	return prof, nil
+}
+
+// TraceTasks is the paper's target workload: the trace's typical pods (all
+// of them, before shuffling and tuning), most frequent first, covering the
+// given share.
+func TraceTasks(t *Trace, coverage float64) []config.WorkloadTask {
+	reqs := make([]gpu.Request, 0, len(t.Pods))
+	for _, p := range t.Pods {
+		r := gpu.Request{CPU: p.CPUMilli, Memory: p.MemoryMiB, Models: gpu.ModelSelector{Exact: p.Models}}
+		switch {
+		case p.NumGPU == 0:
+		case p.GPUMilli >= gpu.MilliPerGPU || p.NumGPU > 1:
+			r.Count = int32(p.NumGPU)
+		default:
+			r.Milli = int32(p.GPUMilli)
+		}
+		if p.NumGPU == 0 {
+			r.Models = gpu.ModelSelector{}
+		}
+		reqs = append(reqs, r)
+	}
+	var out []config.WorkloadTask
+	for _, tk := range gpu.TypicalTasks(reqs, coverage) {
+		out = append(out, config.WorkloadTask{CPUMilli: tk.CPU, MemoryMiB: tk.Memory, GPUMilli: tk.Milli, GPUCount: tk.Count,
+			Models: slices.Clone(tk.Models.Exact), Weight: int64(tk.Weight)})
+	}
+	return out
+}
+
+// Run replays one experiment.
+func Run(ctx context.Context, e Experiment) (*Result, error) {
+	start := time.Now()
+	arrival, err := NewArrival(e.Trace, e.Seed, e.Tune)
+	if err != nil {
+		return nil, err
+	}
+	prof, err := Profile(e.Policy, e.Trace)
+	if err != nil {
+		return nil, err
+	}
+	nodes := make([]*v1.Node, 0, len(arrival.Nodes))
+	for _, n := range arrival.Nodes {
+		nodes = append(nodes, NodeObject(n))
+	}
+	cluster, err := offline.NewCluster(nodes, nil)
+	if err != nil {
+		return nil, err
+	}
+	client, _ := newClient()
+	ctx, cancel := context.WithCancel(klog.NewContext(ctx, klog.Background().V(0)))
+	defer cancel()
+	fw, _, err := offline.NewFramework(ctx, prof, cluster, client, offline.Options{Parallelism: e.Parallelism})
+	if err != nil {
+		return nil, err
+	}
+	defer fw.Close()
+
+	res := &Result{Workload: e.Trace.Workload, Policy: e.Policy, Seed: e.Seed, Pods: len(arrival.Pods), Capacity: e.Trace.Capacity()}
+	res.Events = make([]Event, 0, len(arrival.Pods))
+	pods := client.CoreV1().Pods(Namespace)
+	var arrived, allocated int64
+	for i, row := range arrival.Pods {
+		if e.Limit > 0 && i >= e.Limit {
+			break
+		}
+		var pod *v1.Pod
+		if e.Policy == Vanilla {
+			pod = VanillaPodObject(row, i)
+		} else {
+			pod = PodObject(row, i, gpu.SchedulerName)
+		}
+		// The pod exists in the API, so that PreBind can write on it.
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+		sched := offline.Schedule(ctx, fw, cluster, pod)
+		arrived += row.GPURequest()
+		bound := false
+		if sched.Node != "" {
+			_, err := offline.Commit(ctx, fw, cluster, pod, sched, func(p *v1.Pod) *v1.Pod {
+				got, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
+				if err != nil {
+					return p
+				}
+				return got
+			})
+			bound = err == nil
+		} else if _, isFit := sched.Err.(*framework.FitError); sched.Err != nil && !isFit {
+			return nil, fmt.Errorf("pod %s: %w", pod.Name, sched.Err)
+		}
+		if bound {
+			allocated += row.GPURequest()
+			res.Bound++
+		} else {
+			if res.FailReasons == nil {
+				res.FailReasons = map[string]int{}
+			}
+			for _, st := range sched.Rejected {
+				for _, r := range st.Reasons() {
+					res.FailReasons[r]++
+				}
+			}
+			// Failed pods are dropped for good, as in the published method.
+			res.Failed++
+			pods.Delete(ctx, pod.Name, metav1.DeleteOptions{})
+		}
+		res.Events = append(res.Events, Event{Arrived: arrived, Allocated: allocated})
+		if e.Progress != nil && (i+1)%1000 == 0 {
+			e.Progress(i+1, len(arrival.Pods))
+		}
+	}
+	res.FinalAllocated = allocated
+	res.Curve = Discretize(res.Events, res.Capacity)
+	res.Wall = time.Since(start)
+	runtime.GC()
+	return res, nil
+}

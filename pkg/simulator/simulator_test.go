@@ -1,0 +1,209 @@
+package simulator
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+)
+
+// Worked by hand: capacity 4000 milli (4 GPUs).
+//
+//	event  arrived  allocated  arrive%=round(100A/C)  alloc%=round(100U/C,2)
+//	  1      1000      1000          25                  25.00
+//	  2      1000      1000          25   (CPU pod)      25.00
+//	  3      2000      1500          50                  37.50
+//	  4      2020      1500          50 (50.5 rounds to even 50)  37.50
+//	  5      2060      2060          52 (51.5 rounds to even 52)  51.50
+//
+// Column 25: mean(25, 25) = 25. Column 50: mean(37.5, 37.5) = 37.5. Column
+// 51 has no event: events with arrive% in 50..52 → mean(37.5,37.5,51.5) =
+// 42.17 (42.1666…). Column 52: 51.5. Column 24: events 23..25 → 25. Column 0:
+// nothing in -1..1 → NaN.
+func TestDiscretizeHandWorked(t *testing.T) {
+	events := []Event{{1000, 1000}, {1000, 1000}, {2000, 1500}, {2020, 1500}, {2060, 2060}}
+	c := Discretize(events, 4000)
+	want := map[int]float64{24: 25, 25: 25, 26: 25, 50: 37.5, 51: 42.17, 52: 51.5, 53: 51.5}
+	for k, v := range want {
+		if c[k] != v {
+			t.Errorf("column %d: want %v, got %v", k, v, c[k])
+		}
+	}
+	for _, k := range []int{0, 1, 30, 130} {
+		if !math.IsNaN(c[k]) {
+			t.Errorf("column %d: want NaN, got %v", k, c[k])
+		}
+	}
+}
+
+func TestRound2(t *testing.T) {
+	for in, want := range map[float64]float64{95.29456: 95.29, 95.295: 95.3, 0.125: 0.12, 0.135: 0.14, 42.166666: 42.17, 100: 100} {
+		// 95.295 is 95.2950000000000017… in binary: rounds up; 0.125 is an
+		// exact tie: to even.
+		if got := round2(in); got != want {
+			t.Errorf("round2(%v) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+func TestMeanSD(t *testing.T) {
+	s := MeanSD([]float64{1, 2, 3, 4, math.NaN()})
+	if s.Mean != 2.5 || math.Abs(s.SD-1.2909944) > 1e-6 || s.N != 4 {
+		t.Errorf("%+v", s)
+	}
+}
+
+// smallTrace writes a generated trace in the openb format.
+func smallTrace(t *testing.T, nodes, pods int, seed int64) string {
+	t.Helper()
+	dir := t.TempDir()
+	rng := rand.New(rand.NewSource(seed))
+	var b strings.Builder
+	b.WriteString("sn,cpu_milli,memory_mib,gpu,model\n")
+	for i := 0; i < nodes; i++ {
+		g := []int{1, 2, 4, 8}[rng.Intn(4)]
+		model := []string{"T4", "V100M16", "G2"}[rng.Intn(3)]
+		fmt.Fprintf(&b, "node-%03d,%d,%d,%d,%s\n", i, 32000+rng.Intn(64000), 262144, g, model)
+	}
+	os.WriteFile(filepath.Join(dir, NodeFile), []byte(b.String()), 0o644)
+	b.Reset()
+	b.WriteString("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n")
+	for i := 0; i < pods; i++ {
+		var k, m int
+		spec := ""
+		switch x := rng.Intn(10); {
+		case x < 2: // CPU-only
+		case x < 6:
+			k, m = 1, []int{200, 250, 500, 810}[rng.Intn(4)]
+		case x < 9:
+			k, m = 1, 1000
+		default:
+			k, m = []int{2, 4}[rng.Intn(2)], 1000
+		}
+		if k > 0 && rng.Intn(8) == 0 {
+			spec = "T4|G2"
+		}
+		fmt.Fprintf(&b, "pod-%04d,%d,%d,%d,%d,%s,LS,Running,0,0,0\n", i, 1000+rng.Intn(8000), 4096, k, m, spec)
+	}
+	os.WriteFile(filepath.Join(dir, PodFile("small")), []byte(b.String()), 0o644)
+	return dir
+}
+
+func TestLoadAndConvert(t *testing.T) {
+	dir := smallTrace(t, 10, 50, 1)
+	tr, err := Load(dir, "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Nodes) != 10 || len(tr.Pods) != 50 {
+		t.Fatalf("loaded %d nodes, %d pods", len(tr.Nodes), len(tr.Pods))
+	}
+	for i, p := range tr.Pods {
+		obj := PodObject(p, i, gpu.SchedulerName)
+		r, err := gpu.ParseRequest(obj, gpu.DefaultRequestOptions)
+		if err != nil {
+			t.Fatalf("%s: our API refuses the converted pod: %v", p.Name, err)
+		}
+		if got := r.TotalMilli(); got != p.GPURequest() {
+			t.Errorf("%s: request %d milli, trace %d", p.Name, got, p.GPURequest())
+		}
+		if len(p.Models) > 0 && strings.Join(r.Models.Exact, "|") != "T4|G2" {
+			t.Errorf("%s: models %v", p.Name, r.Models)
+		}
+		v := VanillaPodObject(p, i)
+		if vr, _ := gpu.ParseRequest(v, gpu.DefaultRequestOptions); p.NumGPU > 0 && vr.Count != int32(p.NumGPU) {
+			t.Errorf("%s: vanilla pod asks %d whole GPUs, want %d", p.Name, vr.Count, p.NumGPU)
+		}
+	}
+	n := NodeObject(tr.Nodes[0])
+	inv := gpu.ReadInventory(n, gpu.DefaultNodeOptions)
+	if int(inv.Count) != tr.Nodes[0].GPUs || inv.Model != tr.Nodes[0].Model {
+		t.Errorf("node inventory %+v from %+v", inv, tr.Nodes[0])
+	}
+}
+
+func TestArrival(t *testing.T) {
+	dir := smallTrace(t, 20, 60, 2)
+	tr, _ := Load(dir, "small")
+	if r := tr.Capacity(); totalRequest(tr) >= r {
+		t.Fatalf("the generated trace must ask for less than its capacity to tune up")
+	}
+	a, err := NewArrival(tr, 42, 1.3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Requested > a.Target {
+		t.Errorf("tuned up past the target: %d > %d", a.Requested, a.Target)
+	}
+	// The last clone that did not fit stopped the loop: another per-device
+	// share would pass the target.
+	if a.Originals != 60 || len(a.Pods) <= 60 {
+		t.Fatalf("tune up: %d originals of %d pods", a.Originals, len(a.Pods))
+	}
+	for _, p := range a.Pods[60:] {
+		if !strings.Contains(p.Name, "-tuned-") {
+			t.Fatalf("clones come after the originals: %s", p.Name)
+		}
+	}
+	b, _ := NewArrival(tr, 42, 1.3)
+	if diff := cmp.Diff(a, b); diff != "" {
+		t.Errorf("same seed, different arrival:\n%s", diff)
+	}
+	c, _ := NewArrival(tr, 43, 1.3)
+	if cmp.Equal(a.Pods, c.Pods) {
+		t.Errorf("different seeds, same arrival")
+	}
+	// Tune down below the trace's own request.
+	d, _ := NewArrival(tr, 42, 0.3)
+	if d.Requested > d.Target || len(d.Pods) >= 60 || d.Originals != len(d.Pods) {
+		t.Errorf("tune down: %d pods, %d/%d", len(d.Pods), d.Requested, d.Target)
+	}
+}
+
+func totalRequest(tr *Trace) int64 {
+	var s int64
+	for i := range tr.Pods {
+		s += tr.Pods[i].GPURequest()
+	}
+	return s
+}
+
+// A replay is deterministic for a seed, and its metric is consistent with
+// the pods it bound: the final allocation is what bound pods asked for.
+func TestReplayDeterministic(t *testing.T) {
+	dir := smallTrace(t, 12, 120, 3)
+	tr, _ := Load(dir, "small")
+	ctx := context.Background()
+	for _, p := range []Policy{Learned, FGD, Vanilla} {
+		r1, err := Run(ctx, Experiment{Trace: tr, Policy: p, Seed: 42, Tune: 1.3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := Run(ctx, Experiment{Trace: tr, Policy: p, Seed: 42, Tune: 1.3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(r1.Curve, r2.Curve, cmpopts.EquateNaNs()); diff != "" {
+			t.Errorf("%s: not deterministic:\n%s", p, diff)
+		}
+		if r1.Bound+r1.Failed != r1.Pods || r1.Failed == 0 {
+			t.Errorf("%s: %d bound + %d failed of %d pods (130%% must overflow)", p, r1.Bound, r1.Failed, r1.Pods)
+		}
+		last := r1.Events[len(r1.Events)-1]
+		if last.Allocated > r1.Capacity || last.Allocated != r1.FinalAllocated {
+			t.Errorf("%s: allocated %d of %d", p, last.Allocated, r1.Capacity)
+		}
+		if math.IsNaN(r1.Curve[100]) || r1.Curve[100] > 100 {
+			t.Errorf("%s: @100 = %v", p, r1.Curve[100])
+		}
+	}
+}
