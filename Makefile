@@ -46,7 +46,11 @@ $(BIN)/kube-scheduler: go.mod go.sum
 $(BIN)/gpu-run: FORCE
 	$(GO) build -o $@ ./cmd/gpu-run
 
-binaries: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-scheduler $(BIN)/gpu-scheduler
+# The same binary with the test-only fault switches (pkg/fault) compiled in.
+$(BIN)/gpu-scheduler-faultinject: FORCE
+	$(GO) build -tags faultinject -ldflags "$(LDFLAGS)" -o $@ ./cmd/gpu-scheduler
+
+binaries: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-scheduler $(BIN)/gpu-scheduler $(BIN)/gpu-scheduler-faultinject
 
 # The main job: a local control plane with a GPU fleet (or $$KUBECONFIG's
 # cluster), gpu-scheduler beside it, the examples, and a placement table.

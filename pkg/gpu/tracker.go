@@ -4,6 +4,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -47,6 +48,8 @@ type stateKey struct {
 type Reservation struct {
 	Namespace, Name string
 	Choice          Choice
+	// Since is when it was made.
+	Since time.Time
 }
 
 // NewTracker reads nodes and pods with the given options.

@@ -302,11 +302,17 @@ type Proc struct {
 
 // StartProc starts a binary with its output in logPath.
 func StartProc(ctx context.Context, name, bin string, args []string, logPath string) (*Proc, error) {
+	return StartProcEnv(ctx, name, bin, args, nil, logPath)
+}
+
+// StartProcEnv is StartProc with extra environment variables.
+func StartProcEnv(ctx context.Context, name, bin string, args, env []string, logPath string) (*Proc, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Own process group, so Stop reaches its children; killed if we die.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

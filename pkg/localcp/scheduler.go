@@ -30,6 +30,10 @@ func RenderSchedulerConfig(base []byte, mutate func(*configv1.KubeSchedulerConfi
 	if !ok {
 		return nil, fmt.Errorf("not a v1 KubeSchedulerConfiguration: %T", obj)
 	}
+	// Plugin args stay raw unless decoded: type them, so mutate can edit.
+	if err := cfg.DecodeNestedObjects(kubeschedulerscheme.Codecs.UniversalDeserializer()); err != nil {
+		return nil, err
+	}
 	if mutate != nil {
 		mutate(cfg)
 	}
@@ -51,6 +55,8 @@ type SchedulerOptions struct {
 	Args       []string
 	// Mutate adjusts the configuration (leader election timings, ...).
 	Mutate func(*configv1.KubeSchedulerConfiguration)
+	// Env is added to the process environment.
+	Env []string
 }
 
 // Scheduler is a scheduler process serving on 127.0.0.1:Port.
@@ -89,7 +95,7 @@ func StartScheduler(ctx context.Context, o SchedulerOptions) (*Scheduler, error)
 		// Out of a cluster, the secure port's delegated authentication and
 		// authorization need a kubeconfig (in a pod they use its own).
 		"--authentication-kubeconfig", o.Kubeconfig, "--authorization-kubeconfig", o.Kubeconfig}, o.Args...)
-	p, err := StartProc(ctx, o.Name, o.Binary, args, filepath.Join(o.Dir, o.Name+".log"))
+	p, err := StartProcEnv(ctx, o.Name, o.Binary, args, o.Env, filepath.Join(o.Dir, o.Name+".log"))
 	if err != nil {
 		return nil, err
 	}

@@ -244,3 +244,35 @@ func (d *Deployment) Logs() string { return "(see kubectl -n kube-system logs de
 
 // Stop implements GPUSchedulers.
 func (d *Deployment) Stop() {}
+
+// StartProfile runs one more gpu-scheduler process of a given binary with its
+// own profile name and lease, so that a test can give it its own pods
+// (schedulerName) without disturbing the main instance.
+func StartProfile(ctx context.Context, c *Cluster, binary, profile string, env []string, mutate func(*configv1.KubeSchedulerConfiguration)) (*localcp.Scheduler, error) {
+	kc, err := c.CP.WriteKubeconfig(localcp.UserGPUScheduler, filepath.Join(c.Dir, profile+".kubeconfig"))
+	if err != nil {
+		return nil, err
+	}
+	s, err := localcp.StartScheduler(ctx, localcp.SchedulerOptions{
+		Name: profile, Binary: binary, Config: manifests.SchedulerConfig, Kubeconfig: kc, Dir: c.Dir, Env: env,
+		Args: []string{"--v=3"},
+		Mutate: func(cfg *configv1.KubeSchedulerConfiguration) {
+			cfg.Profiles[0].SchedulerName = ptr.To(profile)
+			// Leader election on its own lease: the RBAC only allows ours, so
+			// run it without.
+			cfg.LeaderElection.LeaderElect = ptr.To(false)
+			if mutate != nil {
+				mutate(cfg)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.WaitHealthy(ctx, time.Minute); err != nil {
+		s.Kill()
+		return nil, err
+	}
+	s.Token = c.CP.Token(localcp.UserAdmin)
+	return s, nil
+}

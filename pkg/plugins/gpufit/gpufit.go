@@ -7,6 +7,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +24,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/validation"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/internal/shared"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/requeue"
 )
 
 // Name is the plugin's name in the registry and in configs.
@@ -61,6 +64,10 @@ type GPUFit struct {
 	args    *config.GPUFitArgs
 	reqOpts gpu.RequestOptions
 	hints   bool
+	// scheduling is set by the first scheduling cycle. Plugins exist on
+	// standbys too, but only the leader runs cycles (and a leader that loses
+	// the lease exits), so it tells the requeue reconciler it may act.
+	scheduling atomic.Bool
 }
 
 var (
@@ -95,11 +102,34 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		hints:   args.Requeue.QueueingHints,
 	}
 	if f := h.SharedInformerFactory(); f != nil {
-		if err := pl.watch(f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()); err != nil {
+		pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
+		if err := pl.watch(pods, nodes); err != nil {
 			return nil, err
+		}
+		if r := args.Requeue; r.Enabled && h.ClientSet() != nil {
+			rec, err := requeue.New(requeue.Config{
+				SchedulerName: profileName(h),
+				Workers:       int(r.Workers),
+				ResyncPeriod:  time.Duration(r.ResyncPeriodSeconds) * time.Second,
+				BackoffBase:   time.Duration(r.BackoffBaseMilliseconds) * time.Millisecond,
+				BackoffMax:    time.Duration(r.BackoffMaxSeconds) * time.Second,
+				Explain:       r.ExplainPending,
+			}, s, h, h.ClientSet(), pods, nodes, pl.reqOpts, pl.scheduling.Load)
+			if err != nil {
+				return nil, err
+			}
+			go rec.Run(ctx)
 		}
 	}
 	return pl, nil
+}
+
+// profileName is the scheduler name of the profile the plugin runs in.
+func profileName(h fwk.Handle) string {
+	if p, ok := h.(interface{ ProfileName() string }); ok && p.ProfileName() != "" {
+		return p.ProfileName()
+	}
+	return gpu.SchedulerName
 }
 
 func argsFrom(obj runtime.Object) (*config.GPUFitArgs, error) {
@@ -170,6 +200,7 @@ func Sign(pod *v1.Pod, opts gpu.RequestOptions) ([]fwk.SignFragment, *fwk.Status
 // PreFilter parses the request once. Pods without GPUs skip Filter, but their
 // request (CPU) is still recorded for scoring and the learned workload.
 func (pl *GPUFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	pl.scheduling.Store(true)
 	req, err := gpu.ParseRequest(pod, pl.reqOpts)
 	if err != nil {
 		klog.FromContext(ctx).V(4).Info("invalid GPU request", "pod", klog.KObj(pod), "err", err)
@@ -233,7 +264,7 @@ func (pl *GPUFit) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	if !ok {
 		return fwk.NewStatus(fwk.Unschedulable, ErrReasonDevicesChanged)
 	}
-	pl.shared.Tracker().Reserve(nodeName, pod.UID, gpu.Reservation{Namespace: pod.Namespace, Name: pod.Name, Choice: choice})
+	pl.shared.Tracker().Reserve(nodeName, pod.UID, gpu.Reservation{Namespace: pod.Namespace, Name: pod.Name, Choice: choice, Since: time.Now()})
 	cs.Write(reserveStateKey, &reserveState{node: nodeName, choice: choice})
 	klog.FromContext(ctx).V(4).Info("reserved GPUs", "pod", klog.KObj(pod), "node", nodeName, "devices", choice.Devices(), "milli", choice.Milli)
 	return nil
@@ -263,7 +294,10 @@ func (pl *GPUFit) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	if pod.Annotations[gpu.AnnotationAssignment] == value {
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{gpu.AnnotationAssignment: value}}})
+	// No longer pending: the reason goes in the same write. The reconciler
+	// may have written it after our copy of the pod was taken, so always.
+	ann := map[string]any{gpu.AnnotationAssignment: value, gpu.AnnotationPendingReason: nil}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 	if err != nil {
 		return fwk.AsStatus(err)
 	}

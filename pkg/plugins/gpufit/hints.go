@@ -8,6 +8,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
 
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/fault"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
 
@@ -91,7 +92,7 @@ func (pl *GPUFit) isSchedulableAfterPodDelete(logger klog.Logger, pod *v1.Pod, o
 	if err != nil {
 		return fwk.Queue, err
 	}
-	if deleted.Spec.NodeName == "" || !pl.usesGPU(deleted) {
+	if deleted.Spec.NodeName == "" || !pl.usesGPU(deleted) || fault.DropFreedGPU() {
 		return fwk.QueueSkip, nil
 	}
 	return pl.fitsOnNodeOf(logger, pod, deleted), nil
@@ -105,7 +106,7 @@ func (pl *GPUFit) isSchedulableAfterPodUpdate(logger klog.Logger, pod *v1.Pod, o
 	// Most updates of bound pods are status changes: the devices they hold
 	// are the same, nothing can have been freed.
 	if oldPod.Annotations[gpu.AnnotationAssignment] == newPod.Annotations[gpu.AnnotationAssignment] &&
-		sameGPURequest(oldPod, newPod, pl.reqOpts) {
+		sameGPURequest(oldPod, newPod, pl.reqOpts) || fault.DropFreedGPU() {
 		return fwk.QueueSkip, nil
 	}
 	return pl.fitsOnNodeOf(logger, pod, newPod), nil

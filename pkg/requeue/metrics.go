@@ -1,0 +1,58 @@
+package requeue
+
+import (
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+// Metrics are served on the scheduler's /metrics.
+var (
+	reconciles = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem: "gpu_scheduler", Name: "requeue_reconciles_total", StabilityLevel: metrics.ALPHA,
+		Help: "Reconciles of pending GPU pods, by result: activated, pending, explained, skipped, error.",
+	}, []string{"result"})
+	activations = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem: "gpu_scheduler", Name: "requeue_activations_total", StabilityLevel: metrics.ALPHA,
+		Help: "Pending pods moved back to the active queue because a node could now take them.",
+	})
+	queueDepth = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem: "gpu_scheduler", Name: "requeue_queue_depth", StabilityLevel: metrics.ALPHA,
+		Help: "Keys waiting in the requeue reconciler's work queue.",
+	})
+	pendingPods = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem: "gpu_scheduler", Name: "requeue_pending_pods", StabilityLevel: metrics.ALPHA,
+		Help: "Unschedulable pods of this scheduler, as of the last resync.",
+	})
+	activationLatency = metrics.NewHistogram(&metrics.HistogramOpts{
+		Subsystem: "gpu_scheduler", Name: "requeue_unschedulable_to_activation_seconds", StabilityLevel: metrics.ALPHA,
+		Help:    "Time from a pod being marked unschedulable to its activation by the reconciler.",
+		Buckets: metrics.ExponentialBuckets(0.001, 2, 22),
+	})
+	reasonWrites = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem: "gpu_scheduler", Name: "pending_reason_writes_total", StabilityLevel: metrics.ALPHA,
+		Help: "Writes of the gpu-scheduler.io/pending-reason annotation (only when it changes).",
+	})
+	staleReservations = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem: "gpu_scheduler", Name: "stale_reservations_dropped_total", StabilityLevel: metrics.ALPHA,
+		Help: "In-flight reservations dropped because their pod is gone or carries its assignment.",
+	})
+	allocatedMilli = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Subsystem: "gpu_scheduler", Name: "allocated_milli", StabilityLevel: metrics.ALPHA,
+		Help: "Milli-GPU allocated per node and GPU model (assignments and reservations).",
+	}, []string{"node", "model"})
+	capacityMilli = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Subsystem: "gpu_scheduler", Name: "capacity_milli", StabilityLevel: metrics.ALPHA,
+		Help: "Schedulable milli-GPU per node and GPU model.",
+	}, []string{"node", "model"})
+)
+
+var registerOnce sync.Once
+
+func registerMetrics() {
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(reconciles, activations, queueDepth, pendingPods, activationLatency,
+			reasonWrites, staleReservations, allocatedMilli, capacityMilli)
+	})
+}

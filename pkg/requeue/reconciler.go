@@ -1,0 +1,448 @@
+// Package requeue is the reconcile-style requeue of unschedulable GPU pods.
+// Events only wake it up; each reconcile reads the current cluster from the
+// informers and decides: a pod that some node could now take is activated
+// (moved back to the scheduler's active queue at once, whatever its backoff);
+// one that none can take gets a specific, current explanation. A periodic
+// resync re-checks every unschedulable pod, so a missed event only delays a
+// pod by one period. The same loop drops stale in-flight reservations.
+package requeue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/fault"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+)
+
+// GPUState is the scheduler's device accounting (the GPU plugins' shared
+// state).
+type GPUState interface {
+	Tracker() *gpu.Tracker
+	Scoring() gpu.Scoring
+	Workload() *gpu.Workload
+	PodsOnNode(node string) ([]*v1.Pod, bool)
+	CurrentState(node *v1.Node) (*gpu.NodeState, bool)
+}
+
+// Activator moves pods back to the active queue (the framework handle).
+type Activator interface {
+	Activate(logger klog.Logger, pods map[string]*v1.Pod)
+}
+
+// Config is the reconciler's settings (GPUFitArgs.requeue).
+type Config struct {
+	SchedulerName string
+	Workers       int
+	ResyncPeriod  time.Duration
+	BackoffBase   time.Duration
+	BackoffMax    time.Duration
+	Explain       bool
+	// ReservationGrace is how long a reservation may outlive the pod's
+	// assignment being visible in the informer before it is dropped (the
+	// scheduler's own cache catches up in milliseconds).
+	ReservationGrace time.Duration
+}
+
+// Reconciler is the requeue controller of one scheduler profile.
+type Reconciler struct {
+	cfg       Config
+	gpu       GPUState
+	activator Activator
+	client    kubernetes.Interface
+	pods      cache.SharedIndexInformer
+	nodes     cache.SharedIndexInformer
+	reqOpts   gpu.RequestOptions
+	// active reports whether this process schedules (the leader); standbys
+	// keep their hands off the pods.
+	active func() bool
+	queue  workqueue.TypedRateLimitingInterface[string]
+	dirty  chan struct{}
+
+	mu      sync.Mutex
+	current *view
+	builtAt time.Time
+}
+
+const pendingIndex = "gpu-scheduler.io/pending"
+
+// New wires the reconciler to the informers; Run starts it. The informers
+// must not have started yet (indexers are added here).
+func New(cfg Config, state GPUState, activator Activator, client kubernetes.Interface,
+	pods, nodes cache.SharedIndexInformer, reqOpts gpu.RequestOptions, active func() bool) (*Reconciler, error) {
+	registerMetrics()
+	if cfg.ReservationGrace == 0 {
+		cfg.ReservationGrace = 10 * time.Second
+	}
+	r := &Reconciler{
+		cfg: cfg, gpu: state, activator: activator, client: client, pods: pods, nodes: nodes, reqOpts: reqOpts, active: active,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.BackoffBase, cfg.BackoffMax),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpu-scheduler-requeue"}),
+		dirty: make(chan struct{}, 1),
+	}
+	if _, ok := pods.GetIndexer().GetIndexers()[pendingIndex]; !ok {
+		err := pods.AddIndexers(cache.Indexers{pendingIndex: func(obj interface{}) ([]string, error) {
+			if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName == "" && p.DeletionTimestamp == nil {
+				return []string{p.Spec.SchedulerName}, nil
+			}
+			return nil, nil
+		}})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { r.onPod(nil, obj) },
+		UpdateFunc: func(old, obj interface{}) { r.onPod(old, obj) },
+		DeleteFunc: func(obj interface{}) { r.onPodDelete(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(interface{}) { r.markDirty() },
+		UpdateFunc: func(old, obj interface{}) { r.onNodeUpdate(old, obj) },
+	}); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Pending tells whether a pod is one of ours and marked unschedulable, and
+// since when.
+func (r *Reconciler) pending(p *v1.Pod) (time.Time, bool) {
+	if p.Spec.NodeName != "" || p.DeletionTimestamp != nil || p.Spec.SchedulerName != r.cfg.SchedulerName {
+		return time.Time{}, false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable {
+			return c.LastTransitionTime.Time, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func (r *Reconciler) enqueue(p *v1.Pod) {
+	if key, err := cache.MetaNamespaceKeyFunc(p); err == nil {
+		r.queue.Add(key)
+	}
+}
+
+func (r *Reconciler) onPod(old, obj interface{}) {
+	p, ok := obj.(*v1.Pod)
+	if !ok {
+		return
+	}
+	if _, ok := r.pending(p); ok {
+		r.enqueue(p)
+		return
+	}
+	// A bound pod whose assignment went away freed its devices.
+	if o, ok := old.(*v1.Pod); ok && o.Spec.NodeName != "" &&
+		o.Annotations[gpu.AnnotationAssignment] != p.Annotations[gpu.AnnotationAssignment] && !fault.DropFreedGPU() {
+		r.markDirty()
+	}
+}
+
+func (r *Reconciler) onPodDelete(obj interface{}) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" && !fault.DropFreedGPU() {
+		r.markDirty()
+	}
+}
+
+func (r *Reconciler) onNodeUpdate(old, obj interface{}) {
+	o, ok1 := old.(*v1.Node)
+	n, ok2 := obj.(*v1.Node)
+	if !ok1 || !ok2 {
+		return
+	}
+	// Heartbeats change nothing a pod could use.
+	if o.Spec.Unschedulable != n.Spec.Unschedulable || !equalTaints(o.Spec.Taints, n.Spec.Taints) ||
+		!equalLabels(o.Labels, n.Labels) || !equalResources(o.Status.Allocatable, n.Status.Allocatable) {
+		r.markDirty()
+	}
+}
+
+// markDirty asks for every pending pod to be reconciled against a fresh view.
+func (r *Reconciler) markDirty() {
+	select {
+	case r.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// Run reconciles until ctx ends.
+func (r *Reconciler) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithName("requeue")
+	ctx = klog.NewContext(ctx, logger)
+	defer r.queue.ShutDown()
+	if !cache.WaitForCacheSync(ctx.Done(), r.pods.HasSynced, r.nodes.HasSynced) {
+		return
+	}
+	logger.Info("requeue reconciler started", "workers", r.cfg.Workers, "resync", r.cfg.ResyncPeriod)
+	for i := 0; i < r.cfg.Workers; i++ {
+		go wait.UntilWithContext(ctx, r.worker, time.Second)
+	}
+	// Changes are coalesced: a burst of events is one pass over the pending pods.
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.dirty:
+				r.invalidate()
+				r.enqueueAll(ctx)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		}
+	}()
+	go wait.UntilWithContext(ctx, func(ctx context.Context) {
+		r.invalidate()
+		r.enqueueAll(ctx)
+		r.sweepReservations(ctx)
+		r.exportAllocation()
+	}, r.cfg.ResyncPeriod)
+	go wait.UntilWithContext(ctx, func(context.Context) { queueDepth.Set(float64(r.queue.Len())) }, time.Second)
+	<-ctx.Done()
+}
+
+func (r *Reconciler) enqueueAll(ctx context.Context) {
+	objs, err := r.pods.GetIndexer().ByIndex(pendingIndex, r.cfg.SchedulerName)
+	if err != nil {
+		return
+	}
+	n := 0
+	for _, o := range objs {
+		if p, ok := o.(*v1.Pod); ok {
+			if _, ok := r.pending(p); ok {
+				r.enqueue(p)
+				n++
+			}
+		}
+	}
+	pendingPods.Set(float64(n))
+}
+
+func (r *Reconciler) worker(ctx context.Context) {
+	for {
+		key, quit := r.queue.Get()
+		if quit {
+			return
+		}
+		err := r.reconcile(ctx, key)
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("reconcile failed, retrying with backoff", "pod", key, "err", err)
+			reconciles.WithLabelValues("error").Inc()
+			r.queue.AddRateLimited(key)
+		} else {
+			r.queue.Forget(key)
+		}
+		r.queue.Done(key)
+	}
+}
+
+func (r *Reconciler) invalidate() {
+	r.mu.Lock()
+	r.current = nil
+	r.mu.Unlock()
+}
+
+// viewNow returns the view, rebuilt if a change made it stale.
+func (r *Reconciler) viewNow() *view {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.current != nil {
+		return r.current
+	}
+	v := &view{}
+	for _, o := range r.nodes.GetIndexer().List() {
+		n, ok := o.(*v1.Node)
+		if !ok {
+			continue
+		}
+		st, ok := r.gpu.CurrentState(n)
+		if !ok {
+			continue
+		}
+		pods, _ := r.gpu.PodsOnNode(n.Name)
+		v.nodes = append(v.nodes, newNodeView(n, st, pods))
+	}
+	r.current, r.builtAt = v, time.Now()
+	return v
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, key string) error {
+	logger := klog.FromContext(ctx)
+	obj, exists, err := r.pods.GetIndexer().GetByKey(key)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		reconciles.WithLabelValues("gone").Inc()
+		return nil
+	}
+	pod := obj.(*v1.Pod)
+	since, ok := r.pending(pod)
+	if !ok {
+		reconciles.WithLabelValues("skipped").Inc()
+		return nil
+	}
+	if !r.active() {
+		// A standby: the leader takes care of it (resync brings it back).
+		reconciles.WithLabelValues("inactive").Inc()
+		return nil
+	}
+	if _, _, inFlight := r.gpu.Tracker().Reserved(pod.UID); inFlight {
+		// Being bound right now: it looks pending until the bind lands.
+		reconciles.WithLabelValues("skipped").Inc()
+		return nil
+	}
+	req, perr := gpu.ParseRequest(pod, r.reqOpts)
+	if perr != nil {
+		reconciles.WithLabelValues("explained").Inc()
+		return r.explain(ctx, pod, perr.Error())
+	}
+	if !req.HasGPU() {
+		reconciles.WithLabelValues("skipped").Inc()
+		return nil
+	}
+	r.mu.Lock()
+	v := r.current
+	r.mu.Unlock()
+	if v == nil {
+		v = r.viewNow()
+	}
+	r.mu.Lock()
+	vd := v.check(logger, pod, &req, r.gpu.Scoring(), r.gpu.Workload())
+	if vd.fits != nil {
+		vd.fits.book(pod, vd.choice)
+	}
+	r.mu.Unlock()
+	if vd.fits != nil {
+		logger.V(3).Info("a node can take the pod now: activating", "pod", klog.KObj(pod), "node", vd.fits.node.Name)
+		r.activator.Activate(logger, map[string]*v1.Pod{key: pod})
+		activations.Inc()
+		if !since.IsZero() {
+			activationLatency.Observe(time.Since(since).Seconds())
+		}
+		reconciles.WithLabelValues("activated").Inc()
+		return nil
+	}
+	reconciles.WithLabelValues("pending").Inc()
+	return r.explain(ctx, pod, vd.message)
+}
+
+// explain keeps the pending reason current: written only when it changed, so
+// a quiet cluster causes no writes.
+func (r *Reconciler) explain(ctx context.Context, pod *v1.Pod, msg string) error {
+	if !r.cfg.Explain || pod.Annotations[gpu.AnnotationPendingReason] == msg {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"annotations":     map[string]string{gpu.AnnotationPendingReason: msg},
+		"resourceVersion": pod.ResourceVersion, // only over the state we judged
+	}})
+	if err != nil {
+		return err
+	}
+	_, err = r.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1PatchOptions)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", gpu.AnnotationPendingReason, err)
+	}
+	reasonWrites.Inc()
+	return nil
+}
+
+// sweepReservations drops reservations whose pod is gone, or whose pod has
+// carried its assignment in the informer for longer than the grace.
+func (r *Reconciler) sweepReservations(ctx context.Context) {
+	tr := r.gpu.Tracker()
+	for _, e := range tr.Reservations() {
+		obj, exists, err := r.pods.GetIndexer().GetByKey(e.Namespace + "/" + e.Name)
+		if err != nil {
+			continue
+		}
+		var p *v1.Pod
+		if exists {
+			p = obj.(*v1.Pod)
+		}
+		gone := p == nil || p.UID != e.UID
+		done := !gone && p.Spec.NodeName == e.Node && gpu.HasAssignment(p, e.Node) && time.Since(e.Since) > r.cfg.ReservationGrace
+		if (gone || done) && tr.Unreserve(e.UID) {
+			staleReservations.Inc()
+			klog.FromContext(ctx).V(3).Info("dropped a stale reservation", "pod", klog.KRef(e.Namespace, e.Name), "node", e.Node, "gone", gone)
+		}
+	}
+}
+
+// exportAllocation publishes allocated and schedulable milli-GPU per node.
+func (r *Reconciler) exportAllocation() {
+	r.invalidate()
+	allocatedMilli.Reset()
+	capacityMilli.Reset()
+	for _, nv := range r.viewNow().nodes {
+		if nv.gpu.Count == 0 {
+			continue
+		}
+		model := nv.gpu.Model
+		allocatedMilli.WithLabelValues(nv.node.Name, model).Set(float64(int64(nv.gpu.Count)*gpu.MilliPerGPU - nv.gpu.Idle()))
+		capacityMilli.WithLabelValues(nv.node.Name, model).Set(float64(int64(nv.gpu.Count) * gpu.MilliPerGPU))
+	}
+}
+
+var metav1PatchOptions = metav1.PatchOptions{}
+
+func equalTaints(a, b []v1.Taint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !a[i].MatchTaint(&b[i]) || a[i].Value != b[i].Value {
+			return false
+		}
+	}
+	return true
+}
+
+func equalLabels(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func equalResources(a, b v1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || v.Cmp(w) != 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,335 @@
+package requeue
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+)
+
+// state is the GPU accounting as the plugins keep it: a tracker over the
+// informer's pods.
+type state struct {
+	tracker *gpu.Tracker
+	pods    cache.Indexer
+}
+
+func (s *state) Tracker() *gpu.Tracker   { return s.tracker }
+func (s *state) Scoring() gpu.Scoring    { return gpu.DefaultScoring }
+func (s *state) Workload() *gpu.Workload { return nil }
+func (s *state) PodsOnNode(n string) ([]*v1.Pod, bool) {
+	var out []*v1.Pod
+	for _, o := range s.pods.List() {
+		if p := o.(*v1.Pod); p.Spec.NodeName == n {
+			out = append(out, p)
+		}
+	}
+	return out, true
+}
+func (s *state) CurrentState(n *v1.Node) (*gpu.NodeState, bool) {
+	pods, _ := s.PodsOnNode(n.Name)
+	return s.tracker.Compute(n, pods, 0, 0, "", false), true
+}
+
+type activator struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (a *activator) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k := range pods {
+		a.got = append(a.got, k)
+	}
+}
+
+type env struct {
+	r      *Reconciler
+	client *fake.Clientset
+	act    *activator
+	pods   cache.Store
+	nodes  cache.Store
+	active bool
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	client := fake.NewClientset()
+	f := informers.NewSharedInformerFactory(client, 0)
+	podInf, nodeInf := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
+	e := &env{client: client, act: &activator{}, pods: podInf.GetStore(), nodes: nodeInf.GetStore(), active: true}
+	st := &state{tracker: gpu.NewTracker(gpu.DefaultNodeOptions), pods: podInf.GetIndexer()}
+	r, err := New(Config{SchedulerName: gpu.SchedulerName, Workers: 1, ResyncPeriod: time.Minute, BackoffBase: time.Millisecond,
+		BackoffMax: time.Second, Explain: true}, st, e.act, client, podInf, nodeInf, gpu.DefaultRequestOptions,
+		func() bool { return e.active })
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.r = r
+	return e
+}
+
+func gpuNode(name string, gpus int64, model string) *v1.Node {
+	res := v1.ResourceList{
+		v1.ResourceCPU: resource.MustParse("32"), v1.ResourceMemory: resource.MustParse("128Gi"),
+		v1.ResourcePods: resource.MustParse("110"), gpu.ResourceNvidiaGPU: *resource.NewQuantity(gpus, resource.DecimalSI),
+	}
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{gpu.LabelGPUProduct: model}},
+		Status: v1.NodeStatus{Capacity: res, Allocatable: res}}
+}
+
+func boundPod(name, node, assignment string) *v1.Pod {
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(name),
+		Annotations: map[string]string{gpu.AnnotationAssignment: assignment}}, Spec: v1.PodSpec{NodeName: node}}
+}
+
+func pendingPod(name string, ann map[string]string, gpus int64) *v1.Pod {
+	c := v1.Container{Name: "c", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")}}}
+	if gpus > 0 {
+		q := *resource.NewQuantity(gpus, resource.DecimalSI)
+		c.Resources.Requests[gpu.ResourceNvidiaGPU], c.Resources.Limits = q, v1.ResourceList{gpu.ResourceNvidiaGPU: q}
+	}
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(name), Annotations: ann, ResourceVersion: "1"},
+		Spec:       v1.PodSpec{SchedulerName: gpu.SchedulerName, Containers: []v1.Container{c}},
+		Status: v1.PodStatus{Conditions: []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionFalse,
+			Reason: v1.PodReasonUnschedulable, LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Second))}}},
+	}
+}
+
+func (e *env) add(t *testing.T, objs ...runtime.Object) {
+	t.Helper()
+	for _, o := range objs {
+		switch x := o.(type) {
+		case *v1.Node:
+			e.nodes.Add(x)
+		case *v1.Pod:
+			e.pods.Add(x)
+			if _, err := e.client.Tracker().Get(v1.SchemeGroupVersion.WithResource("pods"), x.Namespace, x.Name); err != nil {
+				e.client.Tracker().Add(x)
+			}
+		}
+	}
+	e.r.invalidate()
+}
+
+func (e *env) patches() []string {
+	var out []string
+	for _, a := range e.client.Actions() {
+		if p, ok := a.(clienttesting.PatchAction); ok {
+			out = append(out, string(p.GetPatch()))
+		}
+	}
+	return out
+}
+
+func (e *env) reconcile(t *testing.T, name string) error {
+	t.Helper()
+	logger, ctx := ktesting.NewTestContext(t)
+	return e.r.reconcile(klog.NewContext(ctx, logger), "ns/"+name)
+}
+
+func TestActivatesWhenANodeFits(t *testing.T) {
+	e := newEnv(t)
+	e.add(t, gpuNode("n1", 2, "T4"), boundPod("a", "n1", "n1:0=600"), pendingPod("p", map[string]string{gpu.AnnotationMilli: "400"}, 0))
+	if err := e.reconcile(t, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if len(e.act.got) != 1 || len(e.patches()) != 0 {
+		t.Errorf("want one activation and no write, got %v / %v", e.act.got, e.patches())
+	}
+}
+
+func TestExplainsAndWritesOnlyOnChange(t *testing.T) {
+	e := newEnv(t)
+	e.add(t, gpuNode("n1", 2, "T4"), gpuNode("n2", 1, "T4"),
+		boundPod("a", "n1", "n1:0=600,1=700"), boundPod("b", "n2", "n2:0=900"),
+		pendingPod("p", map[string]string{gpu.AnnotationMilli: "500"}, 0))
+	if err := e.reconcile(t, "p"); err != nil {
+		t.Fatal(err)
+	}
+	want := "no node has a GPU with 500 milli free (closest: n1 gpu0, 400 free)"
+	ps := e.patches()
+	if len(ps) != 1 || !strings.Contains(ps[0], want) || len(e.act.got) != 0 {
+		t.Fatalf("want one write of %q, got %v (activations %v)", want, ps, e.act.got)
+	}
+	// The informer now shows the reason: nothing changed, nothing is written.
+	p := pendingPod("p", map[string]string{gpu.AnnotationMilli: "500", gpu.AnnotationPendingReason: want}, 0)
+	e.pods.Update(p)
+	if err := e.reconcile(t, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.patches()); n != 1 {
+		t.Errorf("rewrote an unchanged reason: %d writes", n)
+	}
+	// The cluster changes: the reason follows.
+	e.pods.Delete(boundPod("b", "n2", "n2:0=900"))
+	e.pods.Add(boundPod("b2", "n2", "n2:0=550"))
+	e.r.invalidate()
+	if err := e.reconcile(t, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if ps := e.patches(); len(ps) != 2 || !strings.Contains(ps[1], "(closest: n2 gpu0, 450 free)") {
+		t.Errorf("reason not kept current: %v", ps)
+	}
+}
+
+func TestMessages(t *testing.T) {
+	tests := map[string]struct {
+		objs []runtime.Object
+		pod  *v1.Pod
+		want string
+	}{
+		"whole GPUs": {[]runtime.Object{gpuNode("n1", 4, "A100"), gpuNode("n2", 8, "A100"),
+			boundPod("a", "n1", "n1:0=1000"), boundPod("b", "n2", "n2:0=1000,1=1000,2=1000,3=1000,4=1000,5=500")},
+			pendingPod("p", nil, 4), "needs 4 free GPUs on one node; most free on any node: 3 (n1)"},
+		"model": {[]runtime.Object{gpuNode("n1", 4, "T4"), gpuNode("n2", 4, "T4"), gpuNode("n3", 4, "A100"),
+			boundPod("a", "n3", "n3:0=1000,1=1000,2=1000,3=1000")},
+			pendingPod("p", map[string]string{gpu.AnnotationModel: "A100"}, 1),
+			"needs 1 free GPU on one node; most free on any node: 0 (n3); GPU model not allowed on 2 nodes"},
+		"invalid": {[]runtime.Object{gpuNode("n1", 4, "T4")}, pendingPod("p", map[string]string{gpu.AnnotationMilli: "lots"}, 0),
+			`invalid annotation gpu-scheduler.io/gpu-milli="lots"`},
+		"cpu nodes and taints": {[]runtime.Object{func() *v1.Node {
+			n := gpuNode("cpu", 0, "")
+			delete(n.Status.Allocatable, gpu.ResourceNvidiaGPU)
+			return n
+		}(),
+			func() *v1.Node {
+				n := gpuNode("tainted", 2, "T4")
+				n.Spec.Taints = []v1.Taint{{Key: "gpu", Effect: v1.TaintEffectNoSchedule}}
+				return n
+			}()},
+			pendingPod("p", nil, 1), "no GPU on 1 node; untolerated taints on 1 node"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			e.add(t, append(tc.objs, tc.pod)...)
+			if err := e.reconcile(t, "p"); err != nil {
+				t.Fatal(err)
+			}
+			ps := e.patches()
+			if len(ps) != 1 || !strings.Contains(ps[0], strings.ReplaceAll(tc.want, `"`, `\"`)) {
+				t.Errorf("want %q, got %v", tc.want, ps)
+			}
+		})
+	}
+}
+
+// One freed device wakes one pod: activations book into the view.
+func TestBookingWakesOnePodPerDevice(t *testing.T) {
+	e := newEnv(t)
+	e.add(t, gpuNode("n1", 1, "T4"))
+	for _, n := range []string{"p1", "p2", "p3"} {
+		e.add(t, pendingPod(n, nil, 1))
+	}
+	for _, n := range []string{"p1", "p2", "p3"} {
+		if err := e.reconcile(t, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(e.act.got) != 1 {
+		t.Errorf("want one activation, got %v", e.act.got)
+	}
+}
+
+// Between PreBind and the bind, a pod still looks pending; its own
+// reservation must not make the reconciler call it stuck.
+func TestSkipsPodsBeingBound(t *testing.T) {
+	e := newEnv(t)
+	e.add(t, gpuNode("n1", 1, "T4"), pendingPod("p", map[string]string{gpu.AnnotationMilli: "500"}, 0))
+	e.r.gpu.Tracker().Reserve("n1", "p", gpu.Reservation{Namespace: "ns", Name: "p", Choice: gpu.Choice{Mask: 1, Milli: 500}, Since: time.Now()})
+	if err := e.reconcile(t, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if len(e.act.got) != 0 || len(e.patches()) != 0 {
+		t.Errorf("acted on a pod being bound: %v %v", e.act.got, e.patches())
+	}
+}
+
+func TestStandbyKeepsOff(t *testing.T) {
+	e := newEnv(t)
+	e.active = false
+	e.add(t, gpuNode("n1", 1, "T4"), pendingPod("p", nil, 1), pendingPod("q", nil, 4))
+	e.reconcile(t, "p")
+	e.reconcile(t, "q")
+	if len(e.act.got) != 0 || len(e.patches()) != 0 {
+		t.Errorf("a standby acted: %v %v", e.act.got, e.patches())
+	}
+}
+
+func TestSkipsBoundAndGone(t *testing.T) {
+	e := newEnv(t)
+	e.add(t, gpuNode("n1", 1, "T4"), boundPod("b", "n1", "n1:0=1000"))
+	for _, n := range []string{"b", "missing"} {
+		if err := e.reconcile(t, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(e.act.got) != 0 || len(e.patches()) != 0 {
+		t.Errorf("acted on a bound or missing pod")
+	}
+}
+
+func TestFailedWriteBacksOff(t *testing.T) {
+	e := newEnv(t)
+	e.client.PrependReactor("patch", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("apiserver unavailable")
+	})
+	e.add(t, gpuNode("n1", 1, "T4"), pendingPod("p", nil, 4))
+	if err := e.reconcile(t, "p"); err == nil {
+		t.Fatal("want an error")
+	}
+	// Through the worker, a failure is requeued with per-key backoff.
+	logger, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(klog.NewContext(ctx, logger))
+	defer cancel()
+	e.r.queue.Add("ns/p")
+	go e.r.worker(ctx)
+	deadline := time.Now().Add(5 * time.Second)
+	for e.r.queue.NumRequeues("ns/p") < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := e.r.queue.NumRequeues("ns/p"); n < 3 {
+		t.Errorf("want backoff retries, got %d", n)
+	}
+}
+
+func TestSweepReservations(t *testing.T) {
+	e := newEnv(t)
+	tr := e.r.gpu.Tracker()
+	old := time.Now().Add(-time.Minute)
+	e.add(t, gpuNode("n1", 4, "T4"),
+		boundPod("done", "n1", "n1:0=1000"),  // bound, annotated, long ago
+		boundPod("fresh", "n1", "n1:1=1000"), // bound, annotated, just now
+		pendingPod("flight", nil, 1))         // still in flight
+	tr.Reserve("n1", "done", gpu.Reservation{Namespace: "ns", Name: "done", Choice: gpu.Choice{Mask: 1, Milli: 1000}, Since: old})
+	tr.Reserve("n1", "fresh", gpu.Reservation{Namespace: "ns", Name: "fresh", Choice: gpu.Choice{Mask: 2, Milli: 1000}, Since: time.Now()})
+	tr.Reserve("n1", "flight", gpu.Reservation{Namespace: "ns", Name: "flight", Choice: gpu.Choice{Mask: 4, Milli: 1000}, Since: old})
+	tr.Reserve("n1", "deleted", gpu.Reservation{Namespace: "ns", Name: "deleted", Choice: gpu.Choice{Mask: 8, Milli: 1000}, Since: time.Now()})
+	e.r.sweepReservations(context.Background())
+	var left []string
+	for _, r := range tr.Reservations() {
+		left = append(left, r.Name)
+	}
+	if strings.Join(left, ",") != "flight,fresh" {
+		t.Errorf("left %v, want flight and fresh", left)
+	}
+}

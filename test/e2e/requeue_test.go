@@ -1,0 +1,109 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	configv1 "k8s.io/kube-scheduler/config/v1"
+	"k8s.io/utils/ptr"
+
+	ourv1 "github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/v1"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/test/harness"
+)
+
+// A pending GPU pod carries a specific, current reason; once it binds, the
+// reason is gone (removed in the same write as the assignment).
+func TestPendingReason(t *testing.T) {
+	s := cluster.NewScope(t)
+	s.AddNodes(fleet.Node{Name: "t4", CPU: "16", Memory: "64Gi", GPUs: 2, Model: "Tesla-T4", MemoryMiB: 15360})
+	s.Create(s.Pod(harness.PodSpec{Name: "a", Milli: 700}), s.Pod(harness.PodSpec{Name: "b", Milli: 650}))
+	s.WaitBound(bindTimeout, "a", "b")
+	s.Create(s.Pod(harness.PodSpec{Name: "p", Milli: 500}))
+	// 700 and 650 on the two devices: 300 and 350 are left.
+	want := "no node has a GPU with 500 milli free (closest: " + s.Node("t4") + " gpu"
+	var got string
+	err := wait.PollUntilContextTimeout(s.Ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		got = s.Get("p").Annotations[gpu.AnnotationPendingReason]
+		return strings.Contains(got, want), nil
+	})
+	if err != nil {
+		t.Fatalf("pending reason: want %q, got %q", want, got)
+	}
+	s.Delete("b")
+	p := s.WaitBound(bindTimeout, "p")["p"]
+	if r, ok := p.Annotations[gpu.AnnotationPendingReason]; ok {
+		t.Errorf("a bound pod keeps its pending reason %q", r)
+	}
+	checkDevices(t)
+}
+
+// With the wake-up for a freed GPU dropped (a fault switch only in the
+// faultinject build), the queue is never told; the reconciler's resync must
+// catch the pod within one period.
+func TestMissedEventResync(t *testing.T) {
+	if !cluster.Local() {
+		t.Skip("needs the faultinject build as a local process")
+	}
+	const resync = 5
+	profile := "gpu-scheduler-fault"
+	sched, err := harness.StartProfile(context.Background(), cluster, filepath.Join(harness.BinDir(), "gpu-scheduler-faultinject"), profile,
+		[]string{"GPU_SCHEDULER_FAULT_DROP_FREED_GPU=1"}, func(cfg *configv1.KubeSchedulerConfiguration) {
+			for i := range cfg.Profiles[0].PluginConfig {
+				if a, ok := cfg.Profiles[0].PluginConfig[i].Args.Object.(*ourv1.GPUFitArgs); ok {
+					if a.Requeue == nil {
+						a.Requeue = &ourv1.RequeueArgs{}
+					}
+					a.Requeue.ResyncPeriodSeconds = ptr.To[int32](resync)
+				}
+			}
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sched.Stop(5 * time.Second)
+	s := cluster.NewScope(t)
+	s.AddNodes(fleet.Node{Name: "one", CPU: "16", Memory: "64Gi", GPUs: 1, Model: "Tesla-T4", MemoryMiB: 15360})
+	a := s.Pod(harness.PodSpec{Name: "a", Milli: 600, Scheduler: profile})
+	s.Create(a)
+	s.WaitBound(bindTimeout, "a")
+	s.Create(s.Pod(harness.PodSpec{Name: "b", Milli: 600, Scheduler: profile}))
+	s.WaitUnschedulable(bindTimeout, "b")
+	before := metric(t, sched, "gpu_scheduler_requeue_activations_total")
+
+	deleted := time.Now()
+	s.Delete("a")
+	s.WaitBound(time.Duration(resync+5)*time.Second, "b")
+	bound := time.Since(deleted)
+	after := metric(t, sched, "gpu_scheduler_requeue_activations_total")
+	t.Logf("timeline: t=0 bound pod deleted (wake-up dropped); t=%v pending pod bound; reconciler activations %v -> %v (resync period %ds)",
+		bound.Round(time.Millisecond), before, after, resync)
+	if bound > time.Duration(resync+2)*time.Second {
+		t.Errorf("bound %v after the delete: more than one resync period", bound)
+	}
+	if after <= before {
+		t.Errorf("the pod was not activated by the reconciler (activations %v -> %v): did the fault switch work?", before, after)
+	}
+	if os.Getenv("E2E_TIMELINE") != "" {
+		os.WriteFile(os.Getenv("E2E_TIMELINE"), []byte(strconv.FormatInt(bound.Milliseconds(), 10)+"\n"), 0o644)
+	}
+}
+
+func metric(t *testing.T, s interface {
+	Metric(context.Context, string) (string, bool)
+}, name string) float64 {
+	t.Helper()
+	v, ok := s.Metric(context.Background(), name)
+	if !ok {
+		return 0
+	}
+	f, _ := strconv.ParseFloat(v, 64)
+	return f
+}
