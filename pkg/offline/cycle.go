@@ -118,10 +118,10 @@ func sortedSet(s interface{ UnsortedList() []string }) []string {
 	return l
 }
 
-// Commit runs Reserve, Permit and PreBind for a scheduled pod, and binds it
-// in the cluster (the pod gets its node and whatever PreBind wrote). On
-// failure it runs Unreserve, as the scheduler does. bound is the pod as it
-// now sits on the node.
+// Commit runs Reserve, Permit, PreBind and Bind for a scheduled pod (the
+// bind plugins talk to the framework's client, possibly a fake), and binds
+// it in the cluster with whatever they wrote. On failure it runs Unreserve,
+// as the scheduler does. bound is the pod as it now sits on the node.
 func Commit(ctx context.Context, f framework.Framework, cluster *Cluster, pod *v1.Pod, res Result, prebound func(*v1.Pod) *v1.Pod) (*v1.Pod, error) {
 	assumed := pod.DeepCopy()
 	assumed.Spec.NodeName = res.Node
@@ -139,6 +139,10 @@ func Commit(ctx context.Context, f framework.Framework, cluster *Cluster, pod *v
 		return nil, st.AsError()
 	}
 	if st := f.RunPreBindPlugins(ctx, state, assumed, res.Node); !st.IsSuccess() {
+		f.RunReservePluginsUnreserve(ctx, state, assumed, res.Node)
+		return nil, st.AsError()
+	}
+	if st := f.RunBindPlugins(ctx, state, assumed, res.Node); !st.IsSuccess() && !st.IsSkip() {
 		f.RunReservePluginsUnreserve(ctx, state, assumed, res.Node)
 		return nil, st.AsError()
 	}

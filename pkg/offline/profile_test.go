@@ -200,6 +200,14 @@ func TestShippedConfig(t *testing.T) {
 	if score.Policy != "Fragmentation" || score.TargetWorkload.Mode != "Learned" {
 		t.Errorf("GPUScore args: %+v", score)
 	}
+	// GPUFit binds GPU pods (assignment in the binding) before the default binder.
+	var binders []string
+	for _, p := range prof.Plugins.Bind.Enabled {
+		binders = append(binders, p.Name)
+	}
+	if strings.Join(binders, ",") != "GPUFit,DefaultBinder" || fit.AssignmentWrite != "Bind" {
+		t.Errorf("bind order %v, assignmentWrite %q", binders, fit.AssignmentWrite)
+	}
 
 	// Round trip: encode to v1 YAML, decode again, same configuration.
 	enc := kubeschedulerscheme.Codecs.EncoderForVersion(json.NewYAMLSerializer(json.DefaultMetaFactory, kubeschedulerscheme.Scheme, kubeschedulerscheme.Scheme), configv1.SchemeGroupVersion)

@@ -50,6 +50,8 @@ type Config struct {
 	BackoffBase   time.Duration
 	BackoffMax    time.Duration
 	Explain       bool
+	// ExplainEvery is the least time between two rewrites of a pod's reason.
+	ExplainEvery time.Duration
 	// ReservationGrace is how long a reservation may outlive the pod's
 	// assignment being visible in the informer before it is dropped (the
 	// scheduler's own cache catches up in milliseconds).
@@ -74,6 +76,7 @@ type Reconciler struct {
 	mu      sync.Mutex
 	current *view
 	builtAt time.Time
+	written map[string]time.Time // last reason write per pod
 }
 
 const pendingIndex = "gpu-scheduler.io/pending"
@@ -91,7 +94,8 @@ func New(cfg Config, state GPUState, activator Activator, client kubernetes.Inte
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.BackoffBase, cfg.BackoffMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpu-scheduler-requeue"}),
-		dirty: make(chan struct{}, 1),
+		dirty:   make(chan struct{}, 1),
+		written: map[string]time.Time{},
 	}
 	if _, ok := pods.GetIndexer().GetIndexers()[pendingIndex]; !ok {
 		err := pods.AddIndexers(cache.Indexers{pendingIndex: func(obj interface{}) ([]string, error) {
@@ -148,6 +152,9 @@ func (r *Reconciler) onPod(old, obj interface{}) {
 	if _, ok := r.pending(p); ok {
 		r.enqueue(p)
 		return
+	}
+	if _, stale := p.Annotations[gpu.AnnotationPendingReason]; stale && p.Spec.NodeName != "" {
+		r.enqueue(p) // bound: its reason goes
 	}
 	// A bound pod whose assignment went away freed its devices.
 	if o, ok := old.(*v1.Pod); ok && o.Spec.NodeName != "" &&
@@ -303,6 +310,12 @@ func (r *Reconciler) reconcile(ctx context.Context, key string) error {
 	pod := obj.(*v1.Pod)
 	since, ok := r.pending(pod)
 	if !ok {
+		if _, stale := pod.Annotations[gpu.AnnotationPendingReason]; stale && pod.Spec.NodeName != "" && r.active() {
+			// The binding cannot remove an annotation: the reason of a pod
+			// that was pending goes here.
+			reconciles.WithLabelValues("cleared").Inc()
+			return r.clearReason(ctx, pod)
+		}
 		reconciles.WithLabelValues("skipped").Inc()
 		return nil
 	}
@@ -357,6 +370,15 @@ func (r *Reconciler) explain(ctx context.Context, pod *v1.Pod, msg string) error
 	if !r.cfg.Explain || pod.Annotations[gpu.AnnotationPendingReason] == msg {
 		return nil
 	}
+	key := pod.Namespace + "/" + pod.Name
+	r.mu.Lock()
+	last, seen := r.written[key]
+	r.mu.Unlock()
+	if wait := r.cfg.ExplainEvery - time.Since(last); seen && wait > 0 {
+		// Come back when the interval ends, and write what is current then.
+		r.queue.AddAfter(key, wait)
+		return nil
+	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"annotations":     map[string]string{gpu.AnnotationPendingReason: msg},
 		"resourceVersion": pod.ResourceVersion, // only over the state we judged
@@ -369,6 +391,25 @@ func (r *Reconciler) explain(ctx context.Context, pod *v1.Pod, msg string) error
 		return fmt.Errorf("writing %s: %w", gpu.AnnotationPendingReason, err)
 	}
 	reasonWrites.Inc()
+	r.mu.Lock()
+	r.written[key] = time.Now()
+	if len(r.written) > 100000 {
+		r.written = map[string]time.Time{} // bounded; a reset only allows one early write
+	}
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *Reconciler) clearReason(ctx context.Context, pod *v1.Pod) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"annotations": map[string]any{gpu.AnnotationPendingReason: nil}}})
+	if err != nil {
+		return err
+	}
+	_, err = r.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1PatchOptions)
+	if err != nil {
+		return fmt.Errorf("removing %s: %w", gpu.AnnotationPendingReason, err)
+	}
 	return nil
 }
 

@@ -333,3 +333,22 @@ func TestSweepReservations(t *testing.T) {
 		t.Errorf("left %v, want flight and fresh", left)
 	}
 }
+
+// A busy cluster does not rewrite every pending pod's reason on each change.
+func TestReasonWritesAreSpaced(t *testing.T) {
+	e := newEnv(t)
+	e.r.cfg.ExplainEvery = time.Hour
+	e.add(t, gpuNode("n1", 1, "T4"), boundPod("a", "n1", "n1:0=700"), pendingPod("p", map[string]string{gpu.AnnotationMilli: "500"}, 0))
+	if err := e.reconcile(t, "p"); err != nil {
+		t.Fatal(err)
+	}
+	e.pods.Delete(boundPod("a", "n1", "n1:0=700"))
+	e.pods.Add(boundPod("a2", "n1", "n1:0=800"))
+	e.r.invalidate()
+	if err := e.reconcile(t, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.patches()); n != 1 {
+		t.Errorf("want the second write deferred, got %d writes", n)
+	}
+}

@@ -38,6 +38,22 @@ func (a *podAPI) react(action clienttesting.Action) (bool, runtime.Object, error
 	gr := v1.Resource("pods")
 	switch act := action.(type) {
 	case clienttesting.CreateAction:
+		if b, ok := act.GetObject().(*v1.Binding); ok {
+			// The binding subresource: the node, and the Binding's annotations
+			// merged into the pod's.
+			p, found := a.pods[key(act.GetNamespace(), b.Name)]
+			if !found {
+				return true, nil, apierrors.NewNotFound(gr, b.Name)
+			}
+			p.Spec.NodeName = b.Target.Name
+			if len(b.Annotations) > 0 && p.Annotations == nil {
+				p.Annotations = map[string]string{}
+			}
+			for k, v := range b.Annotations {
+				p.Annotations[k] = v
+			}
+			return true, b, nil
+		}
 		p := act.GetObject().(*v1.Pod).DeepCopy()
 		a.pods[key(p.Namespace, p.Name)] = p
 		return true, p.DeepCopy(), nil

@@ -38,9 +38,14 @@ func TestPendingReason(t *testing.T) {
 		t.Fatalf("pending reason: want %q, got %q", want, got)
 	}
 	s.Delete("b")
-	p := s.WaitBound(bindTimeout, "p")["p"]
-	if r, ok := p.Annotations[gpu.AnnotationPendingReason]; ok {
-		t.Errorf("a bound pod keeps its pending reason %q", r)
+	s.WaitBound(bindTimeout, "p")
+	// The reason goes once the pod is bound (the reconciler removes it).
+	err = wait.PollUntilContextTimeout(s.Ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		_, ok := s.Get("p").Annotations[gpu.AnnotationPendingReason]
+		return !ok, nil
+	})
+	if err != nil {
+		t.Errorf("a bound pod keeps its pending reason %q", s.Get("p").Annotations[gpu.AnnotationPendingReason])
 	}
 	checkDevices(t)
 }

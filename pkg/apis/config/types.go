@@ -20,7 +20,16 @@ type GPUFitArgs struct {
 	GPUMemoryLabel string
 	// Requeue configures the requeue reconciler.
 	Requeue RequeueArgs
+	// AssignmentWrite is where the assignment annotation is written: Bind
+	// (with the binding, one write) or PreBind (a patch before binding).
+	AssignmentWrite string
 }
+
+// AssignmentWrite values.
+const (
+	WriteAtBind    = "Bind"
+	WriteAtPreBind = "PreBind"
+)
 
 // RequeueArgs configures the reconcile-style requeue of unschedulable pods.
 type RequeueArgs struct {
@@ -39,6 +48,8 @@ type RequeueArgs struct {
 	QueueingHints bool
 	// ExplainPending keeps a current reason on pending GPU pods.
 	ExplainPending bool
+	// ExplainMinIntervalSeconds spaces rewrites of one pod's reason.
+	ExplainMinIntervalSeconds int32
 }
 
 // GPUScoreArgs configures GPUScore.

@@ -75,6 +75,7 @@ var (
 	_ fwk.FilterPlugin      = &GPUFit{}
 	_ fwk.ReservePlugin     = &GPUFit{}
 	_ fwk.PreBindPlugin     = &GPUFit{}
+	_ fwk.BindPlugin        = &GPUFit{}
 	_ fwk.EnqueueExtensions = &GPUFit{}
 	_ fwk.SignPlugin        = &GPUFit{}
 )
@@ -114,6 +115,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 				BackoffBase:   time.Duration(r.BackoffBaseMilliseconds) * time.Millisecond,
 				BackoffMax:    time.Duration(r.BackoffMaxSeconds) * time.Second,
 				Explain:       r.ExplainPending,
+				ExplainEvery:  time.Duration(r.ExplainMinIntervalSeconds) * time.Second,
 			}, s, h, h.ClientSet(), pods, nodes, pl.reqOpts, pl.scheduling.Load)
 			if err != nil {
 				return nil, err
@@ -275,18 +277,49 @@ func (pl *GPUFit) Unreserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ 
 	pl.shared.Tracker().Unreserve(pod.UID)
 }
 
-// PreBindPreFlight: only GPU pods have an annotation to write.
+// PreBindPreFlight: only GPU pods have an annotation to write, and only
+// when it is not written with the binding. (Success here also makes the
+// scheduler record the nominated node: one more write.)
 func (pl *GPUFit) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
-	if _, err := cs.Read(reserveStateKey); err != nil {
+	if _, err := cs.Read(reserveStateKey); err != nil || pl.args.AssignmentWrite != config.WriteAtPreBind {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	return &fwk.PreBindPreFlightResult{AllowParallel: true}, nil
 }
 
-// PreBind writes the self-contained assignment annotation.
-func (pl *GPUFit) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+// Bind binds a GPU pod with its assignment annotation in the same write:
+// the binding subresource merges the Binding's annotations into the pod, so
+// the devices and spec.nodeName land together. Other pods are left to the
+// next binder.
+func (pl *GPUFit) Bind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	if pl.args.AssignmentWrite != config.WriteAtBind {
+		return fwk.NewStatus(fwk.Skip)
+	}
 	d, err := cs.Read(reserveStateKey)
 	if err != nil {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	rs := d.(*reserveState)
+	binding := &v1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
+			Annotations: map[string]string{gpu.AnnotationAssignment: gpu.NewAssignment(nodeName, rs.choice).String()}},
+		Target: v1.ObjectReference{Kind: "Node", Name: nodeName},
+	}
+	client := pl.handle.ClientSet()
+	if client == nil {
+		return fwk.AsStatus(fmt.Errorf("no client to bind pod %s/%s", pod.Namespace, pod.Name))
+	}
+	if err := client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fwk.AsStatus(fmt.Errorf("binding pod %s/%s to %s: %w", pod.Namespace, pod.Name, nodeName, err))
+	}
+	return nil
+}
+
+// PreBind writes the self-contained assignment annotation when configured
+// to (assignmentWrite: PreBind).
+func (pl *GPUFit) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	d, err := cs.Read(reserveStateKey)
+	if err != nil || pl.args.AssignmentWrite != config.WriteAtPreBind {
 		return nil
 	}
 	rs := d.(*reserveState)

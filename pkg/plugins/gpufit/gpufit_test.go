@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 	klogtesting "k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -245,58 +246,85 @@ func TestPreFilterSkipsCPUOnly(t *testing.T) {
 	}
 }
 
-// Reserve picks devices consistently with the state, PreBind writes exactly
-// the reserved devices, Unreserve releases them, and both are idempotent.
-func TestReservePreBindUnreserve(t *testing.T) {
-	tCtx := ktesting.Init(t)
-	node := gpuNode("n", "2").Obj()
-	e := newEnv(tCtx, t, nil, []*v1.Node{node}, []*v1.Pod{boundPod("a", "n", "n:0=600")})
-	pod := sharedPod("s", "300").Obj()
-	if _, err := e.client.CoreV1().Pods("default").Create(tCtx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cs := framework.NewCycleState()
-	if _, s := e.pl.PreFilter(tCtx, cs, pod, nil); !s.IsSuccess() {
-		t.Fatal(s)
-	}
-	if s := e.pl.Reserve(tCtx, cs, pod, "n"); !s.IsSuccess() {
-		t.Fatal(s)
-	}
-	if s := e.pl.Reserve(tCtx, cs, pod, "n"); !s.IsSuccess() {
-		t.Fatalf("second Reserve must succeed (idempotent): %v", s)
-	}
-	node1, r, ok := e.pl.shared.Tracker().Reserved("s")
-	// BestFit without GPUScore: the tighter device 0 (400 free).
-	if !ok || node1 != "n" || r.Choice != (gpu.Choice{Mask: 1, Milli: 300}) {
-		t.Fatalf("reservation: %v %+v %v", node1, r, ok)
-	}
-	if _, s := e.pl.PreBindPreFlight(tCtx, cs, pod, "n"); !s.IsSuccess() {
-		t.Fatalf("PreBindPreFlight: %v", s)
-	}
-	if s := e.pl.PreBind(tCtx, cs, pod, "n"); !s.IsSuccess() {
-		t.Fatal(s)
-	}
-	got, err := e.client.CoreV1().Pods("default").Get(tCtx, "s", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v := got.Annotations[gpu.AnnotationAssignment]; v != "n:0=300" {
-		t.Errorf("assignment: %q", v)
-	}
-	e.pl.Unreserve(tCtx, cs, pod, "n")
-	e.pl.Unreserve(tCtx, cs, pod, "n")
-	if _, _, ok := e.pl.shared.Tracker().Reserved("s"); ok {
-		t.Errorf("still reserved after Unreserve")
-	}
-	// A CPU-only pod has nothing to write.
-	cpu := framework.NewCycleState()
-	cpuPod := st.MakePod().Name("c").Obj()
-	e.pl.PreFilter(tCtx, cpu, cpuPod, nil)
-	if s := e.pl.Reserve(tCtx, cpu, cpuPod, "n"); !s.IsSuccess() {
-		t.Fatal(s)
-	}
-	if _, s := e.pl.PreBindPreFlight(tCtx, cpu, cpuPod, "n"); !s.IsSkip() {
-		t.Errorf("PreBindPreFlight for a CPU pod: want Skip, got %v", s)
+// Reserve picks devices consistently with the state; the binding carries
+// exactly the reserved devices (default), or PreBind writes them (option);
+// Unreserve releases them; both are idempotent.
+func TestReserveBindUnreserve(t *testing.T) {
+	for _, mode := range []string{config.WriteAtBind, config.WriteAtPreBind} {
+		t.Run(mode, func(t *testing.T) {
+			tCtx := ktesting.Init(t)
+			node := gpuNode("n", "2").Obj()
+			args := scheme.DefaultGPUFitArgs()
+			args.AssignmentWrite = mode
+			e := newEnv(tCtx, t, args, []*v1.Node{node}, []*v1.Pod{boundPod("a", "n", "n:0=600")})
+			pod := sharedPod("s", "300").Obj()
+			if _, err := e.client.CoreV1().Pods("default").Create(tCtx, pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			e.factory.Core().V1().Pods().Informer().GetStore().Add(pod)
+			cs := framework.NewCycleState()
+			if _, s := e.pl.PreFilter(tCtx, cs, pod, nil); !s.IsSuccess() {
+				t.Fatal(s)
+			}
+			if s := e.pl.Reserve(tCtx, cs, pod, "n"); !s.IsSuccess() {
+				t.Fatal(s)
+			}
+			if s := e.pl.Reserve(tCtx, cs, pod, "n"); !s.IsSuccess() {
+				t.Fatalf("second Reserve must succeed (idempotent): %v", s)
+			}
+			node1, r, ok := e.pl.shared.Tracker().Reserved("s")
+			// BestFit without GPUScore: the tighter device 0 (400 free).
+			if !ok || node1 != "n" || r.Choice != (gpu.Choice{Mask: 1, Milli: 300}) {
+				t.Fatalf("reservation: %v %+v %v", node1, r, ok)
+			}
+			_, pre := e.pl.PreBindPreFlight(tCtx, cs, pod, "n")
+			if s := e.pl.PreBind(tCtx, cs, pod, "n"); !s.IsSuccess() {
+				t.Fatal(s)
+			}
+			bind := e.pl.Bind(tCtx, cs, pod, "n")
+			var written string
+			for _, a := range e.client.Actions() {
+				switch act := a.(type) {
+				case clienttesting.CreateAction:
+					if b, ok := act.GetObject().(*v1.Binding); ok && b.Target.Name == "n" {
+						written = b.Annotations[gpu.AnnotationAssignment]
+					}
+				case clienttesting.PatchAction:
+					if strings.Contains(string(act.GetPatch()), gpu.AnnotationAssignment) {
+						written = "patch:" + string(act.GetPatch())
+					}
+				}
+			}
+			switch mode {
+			case config.WriteAtBind:
+				if !pre.IsSkip() || !bind.IsSuccess() || written != "n:0=300" {
+					t.Errorf("bind mode: preflight %v, bind %v, written %q", pre, bind, written)
+				}
+			case config.WriteAtPreBind:
+				if !pre.IsSuccess() || !bind.IsSkip() || !strings.Contains(written, `"gpu-scheduler.io/assignment":"n:0=300"`) ||
+					!strings.Contains(written, `"gpu-scheduler.io/pending-reason":null`) {
+					t.Errorf("prebind mode: preflight %v, bind %v, written %q", pre, bind, written)
+				}
+			}
+			e.pl.Unreserve(tCtx, cs, pod, "n")
+			e.pl.Unreserve(tCtx, cs, pod, "n")
+			if _, _, ok := e.pl.shared.Tracker().Reserved("s"); ok {
+				t.Errorf("still reserved after Unreserve")
+			}
+			// A CPU-only pod has nothing to write and is not ours to bind.
+			cpu := framework.NewCycleState()
+			cpuPod := st.MakePod().Name("c").Obj()
+			e.pl.PreFilter(tCtx, cpu, cpuPod, nil)
+			if s := e.pl.Reserve(tCtx, cpu, cpuPod, "n"); !s.IsSuccess() {
+				t.Fatal(s)
+			}
+			if _, s := e.pl.PreBindPreFlight(tCtx, cpu, cpuPod, "n"); !s.IsSkip() {
+				t.Errorf("PreBindPreFlight for a CPU pod: want Skip, got %v", s)
+			}
+			if s := e.pl.Bind(tCtx, cpu, cpuPod, "n"); !s.IsSkip() {
+				t.Errorf("Bind for a CPU pod: want Skip, got %v", s)
+			}
+		})
 	}
 }
 

@@ -60,16 +60,18 @@ func Convert_v1_GPUFitArgs_To_config_GPUFitArgs(in *GPUFitArgs, out *config.GPUF
 	out.GPUResourceNames = slices.Clone(in.GPUResourceNames)
 	out.GPUProductLabel = ptr.Deref(in.GPUProductLabel, "")
 	out.GPUMemoryLabel = ptr.Deref(in.GPUMemoryLabel, "")
+	out.AssignmentWrite = ptr.Deref(in.AssignmentWrite, "")
 	out.Requeue = config.RequeueArgs{}
 	if r := in.Requeue; r != nil {
 		out.Requeue = config.RequeueArgs{
-			Enabled:                 ptr.Deref(r.Enabled, false),
-			Workers:                 ptr.Deref(r.Workers, 0),
-			ResyncPeriodSeconds:     ptr.Deref(r.ResyncPeriodSeconds, 0),
-			BackoffBaseMilliseconds: ptr.Deref(r.BackoffBaseMilliseconds, 0),
-			BackoffMaxSeconds:       ptr.Deref(r.BackoffMaxSeconds, 0),
-			QueueingHints:           ptr.Deref(r.QueueingHints, false),
-			ExplainPending:          ptr.Deref(r.ExplainPending, false),
+			Enabled:                   ptr.Deref(r.Enabled, false),
+			Workers:                   ptr.Deref(r.Workers, 0),
+			ResyncPeriodSeconds:       ptr.Deref(r.ResyncPeriodSeconds, 0),
+			BackoffBaseMilliseconds:   ptr.Deref(r.BackoffBaseMilliseconds, 0),
+			BackoffMaxSeconds:         ptr.Deref(r.BackoffMaxSeconds, 0),
+			QueueingHints:             ptr.Deref(r.QueueingHints, false),
+			ExplainPending:            ptr.Deref(r.ExplainPending, false),
+			ExplainMinIntervalSeconds: ptr.Deref(r.ExplainMinIntervalSeconds, 0),
 		}
 	}
 }
@@ -79,15 +81,17 @@ func Convert_config_GPUFitArgs_To_v1_GPUFitArgs(in *config.GPUFitArgs, out *GPUF
 	out.GPUResourceNames = slices.Clone(in.GPUResourceNames)
 	out.GPUProductLabel = ptr.To(in.GPUProductLabel)
 	out.GPUMemoryLabel = ptr.To(in.GPUMemoryLabel)
+	out.AssignmentWrite = ptr.To(in.AssignmentWrite)
 	r := in.Requeue
 	out.Requeue = &RequeueArgs{
-		Enabled:                 ptr.To(r.Enabled),
-		Workers:                 ptr.To(r.Workers),
-		ResyncPeriodSeconds:     ptr.To(r.ResyncPeriodSeconds),
-		BackoffBaseMilliseconds: ptr.To(r.BackoffBaseMilliseconds),
-		BackoffMaxSeconds:       ptr.To(r.BackoffMaxSeconds),
-		QueueingHints:           ptr.To(r.QueueingHints),
-		ExplainPending:          ptr.To(r.ExplainPending),
+		Enabled:                   ptr.To(r.Enabled),
+		Workers:                   ptr.To(r.Workers),
+		ResyncPeriodSeconds:       ptr.To(r.ResyncPeriodSeconds),
+		BackoffBaseMilliseconds:   ptr.To(r.BackoffBaseMilliseconds),
+		BackoffMaxSeconds:         ptr.To(r.BackoffMaxSeconds),
+		QueueingHints:             ptr.To(r.QueueingHints),
+		ExplainPending:            ptr.To(r.ExplainPending),
+		ExplainMinIntervalSeconds: ptr.To(r.ExplainMinIntervalSeconds),
 	}
 }
 

@@ -20,11 +20,12 @@ func (in *GPUFitArgs) DeepCopyObject() runtime.Object {
 		return nil
 	}
 	out := &GPUFitArgs{TypeMeta: in.TypeMeta, GPUResourceNames: slices.Clone(in.GPUResourceNames),
-		GPUProductLabel: clonePtr(in.GPUProductLabel), GPUMemoryLabel: clonePtr(in.GPUMemoryLabel)}
+		GPUProductLabel: clonePtr(in.GPUProductLabel), GPUMemoryLabel: clonePtr(in.GPUMemoryLabel), AssignmentWrite: clonePtr(in.AssignmentWrite)}
 	if r := in.Requeue; r != nil {
 		out.Requeue = &RequeueArgs{Enabled: clonePtr(r.Enabled), Workers: clonePtr(r.Workers),
 			ResyncPeriodSeconds: clonePtr(r.ResyncPeriodSeconds), BackoffBaseMilliseconds: clonePtr(r.BackoffBaseMilliseconds),
-			BackoffMaxSeconds: clonePtr(r.BackoffMaxSeconds), QueueingHints: clonePtr(r.QueueingHints), ExplainPending: clonePtr(r.ExplainPending)}
+			BackoffMaxSeconds: clonePtr(r.BackoffMaxSeconds), QueueingHints: clonePtr(r.QueueingHints), ExplainPending: clonePtr(r.ExplainPending),
+			ExplainMinIntervalSeconds: clonePtr(r.ExplainMinIntervalSeconds)}
 	}
 	return out
 }

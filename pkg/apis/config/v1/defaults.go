@@ -21,6 +21,9 @@ func SetDefaults_GPUFitArgs(obj *GPUFitArgs) {
 	if obj.GPUMemoryLabel == nil {
 		obj.GPUMemoryLabel = ptr.To(gpu.LabelGPUMemory)
 	}
+	if obj.AssignmentWrite == nil {
+		obj.AssignmentWrite = ptr.To("Bind")
+	}
 	if obj.Requeue == nil {
 		obj.Requeue = &RequeueArgs{}
 	}
@@ -45,6 +48,9 @@ func SetDefaults_GPUFitArgs(obj *GPUFitArgs) {
 	}
 	if r.ExplainPending == nil {
 		r.ExplainPending = ptr.To(true)
+	}
+	if r.ExplainMinIntervalSeconds == nil {
+		r.ExplainMinIntervalSeconds = ptr.To[int32](5)
 	}
 }
 

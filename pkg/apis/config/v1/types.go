@@ -22,6 +22,13 @@ type GPUFitArgs struct {
 	GPUMemoryLabel *string `json:"gpuMemoryLabel,omitempty"`
 	// Requeue configures the requeue reconciler.
 	Requeue *RequeueArgs `json:"requeue,omitempty"`
+	// AssignmentWrite is where the assignment annotation is written. Bind:
+	// GPUFit binds GPU pods itself and the binding carries the annotation,
+	// so the devices and spec.nodeName land in one write (put GPUFit before
+	// DefaultBinder in the bind extension point). PreBind: a patch before
+	// the default binder binds (three writes per pod with the nominated
+	// node name). Default: Bind.
+	AssignmentWrite *string `json:"assignmentWrite,omitempty"`
 }
 
 // RequeueArgs configures the reconcile-style requeue of unschedulable pods.
@@ -41,6 +48,11 @@ type RequeueArgs struct {
 	QueueingHints *bool `json:"queueingHints,omitempty"`
 	// ExplainPending keeps a current reason on pending GPU pods. Default: true.
 	ExplainPending *bool `json:"explainPending,omitempty"`
+	// ExplainMinIntervalSeconds is the least time between two rewrites of a
+	// pod's reason: a busy cluster changes the closest device often, and
+	// every pending pod would be rewritten each time. The reason converges to
+	// the current one when the interval ends. Default: 5.
+	ExplainMinIntervalSeconds *int32 `json:"explainMinIntervalSeconds,omitempty"`
 }
 
 // GPUScoreArgs configures GPUScore.

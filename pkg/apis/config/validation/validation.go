@@ -42,6 +42,11 @@ func ValidateGPUFitArgs(path *field.Path, args *config.GPUFitArgs) error {
 			errs = append(errs, field.Invalid(path.Child(l.name), l.value, msg))
 		}
 	}
+	switch args.AssignmentWrite {
+	case config.WriteAtBind, config.WriteAtPreBind:
+	default:
+		errs = append(errs, field.NotSupported(path.Child("assignmentWrite"), args.AssignmentWrite, []string{config.WriteAtBind, config.WriteAtPreBind}))
+	}
 	r := args.Requeue
 	rp := path.Child("requeue")
 	if r.Workers < 1 || r.Workers > 64 {
@@ -57,6 +62,9 @@ func ValidateGPUFitArgs(path *field.Path, args *config.GPUFitArgs) error {
 		errs = append(errs, field.Invalid(rp.Child("backoffMaxSeconds"), r.BackoffMaxSeconds, "must be at least 1"))
 	} else if int64(r.BackoffMaxSeconds)*1000 < int64(r.BackoffBaseMilliseconds) {
 		errs = append(errs, field.Invalid(rp.Child("backoffMaxSeconds"), r.BackoffMaxSeconds, "must not be shorter than backoffBaseMilliseconds"))
+	}
+	if r.ExplainMinIntervalSeconds < 0 {
+		errs = append(errs, field.Invalid(rp.Child("explainMinIntervalSeconds"), r.ExplainMinIntervalSeconds, "must not be negative"))
 	}
 	return errs.ToAggregate()
 }

@@ -1,0 +1,375 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	configv1 "k8s.io/kube-scheduler/config/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpu-scheduler/gpu-scheduler/manifests"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/localcp"
+	"github.com/gpu-scheduler/gpu-scheduler/test/harness"
+)
+
+var (
+	tpNodes   = flag.Int("nodes", 500, "nodes for the throughput benchmark")
+	tpPods    = flag.Int("pods", 2000, "pods per variant")
+	tpProfile = flag.String("pprof", "", "directory for CPU profiles of the schedulers under test")
+	tpOnly    = flag.String("variants", "a,b,c,d", "which variants to run")
+	tpWrite   = flag.String("assignment-write", "", "GPUFit assignmentWrite for gpu-scheduler (Bind, PreBind); empty: the shipped default")
+)
+
+// Throughput is one variant's result, as upstream's SchedulingThroughput
+// (per-second samples of scheduled pods) plus the process's cost.
+type Throughput struct {
+	Variant    string  `json:"variant"`
+	Scheduler  string  `json:"scheduler"`
+	Workload   string  `json:"workload"`
+	Nodes      int     `json:"nodes"`
+	Pods       int     `json:"pods"`
+	Average    float64 `json:"average_pods_per_s"`
+	P50        float64 `json:"p50_pods_per_s"`
+	P90        float64 `json:"p90_pods_per_s"`
+	P99        float64 `json:"p99_pods_per_s"`
+	Seconds    float64 `json:"seconds"`
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+	Unbound    int     `json:"unbound"`
+}
+
+// BenchmarkThroughput creates the nodes once, then for each variant submits
+// the pods, starts the scheduler under test, and measures until all are
+// bound: (a) vanilla kube-scheduler, CPU-only pods; (b) gpu-scheduler, the
+// same pods; (c) gpu-scheduler, an openb-like mix of whole, shared and
+// CPU-only pods; (d) vanilla, that mix with whole GPUs only.
+func BenchmarkThroughput(b *testing.B) {
+	ctx := context.Background()
+	start := time.Now()
+	createNodes(b, *tpNodes)
+	b.Logf("%d nodes registered in %v", *tpNodes, time.Since(start).Round(time.Second))
+	type variant struct{ key, sched, workload string }
+	all := []variant{{"a", "kube-scheduler", "cpu"}, {"b", "gpu-scheduler", "cpu"}, {"c", "gpu-scheduler", "gpu"}, {"d", "kube-scheduler", "gpu-whole"}}
+	results := map[string]*Throughput{}
+	for _, v := range all {
+		if !contains(*tpOnly, v.key) {
+			continue
+		}
+		r, err := runThroughput(ctx, b, v.key, v.sched, v.workload)
+		if err != nil {
+			b.Fatalf("variant %s: %v", v.key, err)
+		}
+		results[v.key] = r
+	}
+	fmt.Printf("\nScheduling throughput: %d nodes, %d pods per variant (local kube-apiserver and etcd, 2 cores)\n", *tpNodes, *tpPods)
+	fmt.Printf("%-3s %-15s %-10s %9s %7s %7s %7s %8s %10s %9s\n", "", "scheduler", "workload", "avg pod/s", "p50", "p90", "p99", "seconds", "peak RSS", "CPU s")
+	for _, v := range all {
+		r := results[v.key]
+		if r == nil {
+			continue
+		}
+		fmt.Printf("%-3s %-15s %-10s %9.1f %7.0f %7.0f %7.0f %8.1f %7.0fMiB %9.1f\n", v.key, r.Scheduler, r.Workload, r.Average, r.P50, r.P90, r.P99, r.Seconds, r.PeakRSSMiB, r.CPUSeconds)
+	}
+	out := map[string]any{}
+	for k, r := range results {
+		out[k] = r
+	}
+	if a, bb := results["a"], results["b"]; a != nil && bb != nil {
+		out["ratio_b_a"] = bb.Average / a.Average
+		out["rss_ratio_b_a"] = bb.PeakRSSMiB / a.PeakRSSMiB
+		fmt.Printf("b/a = %.3f (throughput), %.2f (peak RSS)\n", bb.Average/a.Average, bb.PeakRSSMiB/a.PeakRSSMiB)
+	}
+	if c, d := results["c"], results["d"]; c != nil && d != nil {
+		out["ratio_c_d"] = c.Average / d.Average
+		out["rss_ratio_c_d"] = c.PeakRSSMiB / d.PeakRSSMiB
+		fmt.Printf("c/d = %.3f (throughput), %.2f (peak RSS)\n", c.Average/d.Average, c.PeakRSSMiB/d.PeakRSSMiB)
+	}
+	if *jsonOut != "" {
+		for k, v := range out {
+			writeJSON(b, *jsonOut, k, v)
+		}
+	}
+}
+
+func contains(list, k string) bool {
+	for _, x := range splitComma(list) {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+func splitComma(s string) []string {
+	var out []string
+	cur := ""
+	for _, r := range s {
+		if r == ',' {
+			out = append(out, cur)
+			cur = ""
+		} else {
+			cur += string(r)
+		}
+	}
+	return append(out, cur)
+}
+
+// createNodes registers nodes with 8 GPUs each (a few models), Ready, with
+// no kubelet, concurrently.
+func createNodes(b *testing.B, n int) {
+	models := []string{"NVIDIA-A100-SXM4-80GB", "Tesla-T4", "NVIDIA-L4"}
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	work := make(chan int)
+	for w := 0; w < 32; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				nd := fleet.Node{Name: fmt.Sprintf("perf-%05d", i), CPU: "96", Memory: "768Gi", GPUs: 8,
+					Model: models[i%len(models)], MemoryMiB: 81920}
+				if err := fleet.Create(context.Background(), cluster.Client, nd); err != nil {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if failed.Load() > 0 {
+		b.Fatalf("%d nodes failed", failed.Load())
+	}
+}
+
+// pods of a workload: cpu (100m, 500Mi, as scheduler_perf's default
+// template), gpu (the openb mix: 13% CPU-only, 38% a share of one GPU, 48%
+// one GPU, 1% 2/4/8 GPUs), gpu-whole (the same, shares as whole GPUs).
+func workloadPod(kind string, i int, rng *rand.Rand, ns, schedulerName string) *v1.Pod {
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%06d", i), Namespace: ns, Annotations: map[string]string{}},
+		Spec: v1.PodSpec{SchedulerName: schedulerName, Containers: []v1.Container{{Name: "c", Image: "pause",
+			Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
+				v1.ResourceCPU: resource.MustParse("100m"), v1.ResourceMemory: resource.MustParse("500Mi")}}}}},
+	}
+	if kind == "cpu" {
+		return p
+	}
+	c := &p.Spec.Containers[0]
+	whole := func(n int64) {
+		q := *resource.NewQuantity(n, resource.DecimalSI)
+		c.Resources.Requests[gpu.ResourceNvidiaGPU] = q
+		c.Resources.Limits = v1.ResourceList{gpu.ResourceNvidiaGPU: q}
+	}
+	c.Resources.Requests[v1.ResourceCPU] = *resource.NewMilliQuantity(int64(1000+rng.Intn(8000)), resource.DecimalSI)
+	switch x := rng.Intn(100); {
+	case x < 13:
+	case x < 51:
+		if kind == "gpu-whole" {
+			whole(1)
+		} else {
+			p.Annotations[gpu.AnnotationMilli] = fmt.Sprint([]int{810, 470, 320, 650, 230, 500}[rng.Intn(6)])
+		}
+	case x < 99:
+		whole(1)
+	default:
+		whole([]int64{2, 4, 8}[rng.Intn(3)])
+	}
+	return p
+}
+
+func runThroughput(ctx context.Context, b *testing.B, key, schedBin, workload string) (*Throughput, error) {
+	ns := "tp-" + key
+	client := cluster.Client
+	client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	schedulerName := "tp-" + key
+	rng := rand.New(rand.NewSource(1))
+	var pods []*v1.Pod
+	for i := 0; i < *tpPods; i++ {
+		pods = append(pods, workloadPod(workload, i, rng, ns, schedulerName))
+	}
+	if err := createPods(ctx, pods); err != nil {
+		return nil, err
+	}
+
+	// Count binds per second from the informer.
+	var bound atomic.Int64
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns))
+	inf := f.Core().V1().Pods().Informer()
+	seen := sync.Map{}
+	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj interface{}) {
+			if p := obj.(*v1.Pod); p.Spec.NodeName != "" {
+				if _, dup := seen.LoadOrStore(p.Name, true); !dup {
+					bound.Add(1)
+				}
+			}
+		},
+		UpdateFunc: func(_, obj interface{}) {
+			if p := obj.(*v1.Pod); p.Spec.NodeName != "" {
+				if _, dup := seen.LoadOrStore(p.Name, true); !dup {
+					bound.Add(1)
+				}
+			}
+		},
+	})
+	stop := make(chan struct{})
+	defer close(stop)
+	f.Start(stop)
+	f.WaitForCacheSync(stop)
+
+	sched, err := startUnderTest(ctx, schedBin, schedulerName)
+	if err != nil {
+		return nil, err
+	}
+	defer sched.Stop(10 * time.Second)
+	var profDone chan struct{}
+	if *tpProfile != "" {
+		profDone = make(chan struct{})
+		go func() {
+			defer close(profDone)
+			// Start once scheduling is under way, for most of the run.
+			for bound.Load() == 0 {
+				time.Sleep(50 * time.Millisecond)
+			}
+			secs := max(2, int(float64(*tpPods)/400))
+			_, body, err := sched.Get(context.Background(), fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs))
+			if err == nil {
+				os.MkdirAll(*tpProfile, 0o755)
+				os.WriteFile(filepath.Join(*tpProfile, fmt.Sprintf("cpu-%s-%s.pprof", key, schedBin)), []byte(body), 0o644)
+			}
+		}()
+	}
+	// Per-second samples from the first bind to the last.
+	var samples []float64
+	var last int64
+	deadline := time.Now().Add(30 * time.Minute)
+	for bound.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	t0 := time.Now()
+	tick := time.NewTicker(time.Second)
+	idle := 0
+	for now := range tick.C {
+		n := bound.Load()
+		samples = append(samples, float64(n-last))
+		if n == last {
+			idle++
+		} else {
+			idle = 0
+		}
+		last = n
+		if n >= int64(*tpPods) || idle >= 30 || now.After(deadline) {
+			break
+		}
+	}
+	tick.Stop()
+	elapsed := time.Since(t0)
+	if profDone != nil {
+		<-profDone
+	}
+	// Drop the trailing idle seconds and the last partial second.
+	for len(samples) > 1 && samples[len(samples)-1] == 0 {
+		samples = samples[:len(samples)-1]
+		elapsed -= time.Second
+	}
+	res := &Throughput{Variant: key, Scheduler: schedBin, Workload: workload, Nodes: *tpNodes, Pods: *tpPods,
+		Seconds: elapsed.Seconds(), PeakRSSMiB: procPeakRSS(sched.Pid()), CPUSeconds: procCPU(sched.Pid()),
+		Unbound: *tpPods - int(bound.Load())}
+	res.Average = float64(bound.Load()) / elapsed.Seconds()
+	sorted := append([]float64(nil), samples...)
+	sort.Float64s(sorted)
+	res.P50, res.P90, res.P99 = percentile(sorted, 50), percentile(sorted, 90), percentile(sorted, 99)
+	b.Logf("%s: %d bound in %v; samples %v", key, bound.Load(), elapsed.Round(time.Millisecond), samples)
+
+	// Clean up, and wait, so the next variant meets empty nodes.
+	sched.Stop(10 * time.Second)
+	client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+	wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil && len(l.Items) == 0, nil
+	})
+	return res, nil
+}
+
+func createPods(ctx context.Context, pods []*v1.Pod) error {
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	work := make(chan *v1.Pod)
+	for w := 0; w < 32; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				if _, err := cluster.Client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+				}
+			}
+		}()
+	}
+	for _, p := range pods {
+		work <- p
+	}
+	close(work)
+	wg.Wait()
+	if e, ok := firstErr.Load().(error); ok {
+		return e
+	}
+	return nil
+}
+
+// startUnderTest runs a scheduler with one profile for the variant's pods,
+// leader election off and client QPS raised as scheduler_perf does.
+func startUnderTest(ctx context.Context, bin, schedulerName string) (*localcp.Scheduler, error) {
+	var cfg []byte
+	user := localcp.UserKubeScheduler
+	if bin == "gpu-scheduler" {
+		cfg = manifests.SchedulerConfig
+		user = localcp.UserGPUScheduler
+	} else {
+		cfg = []byte("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: default-scheduler\n")
+	}
+	kc, err := cluster.CP.WriteKubeconfig(user, filepath.Join(cluster.Dir, schedulerName+".kubeconfig"))
+	if err != nil {
+		return nil, err
+	}
+	s, err := localcp.StartScheduler(ctx, localcp.SchedulerOptions{
+		Name: schedulerName, Binary: filepath.Join(harness.BinDir(), bin), Config: cfg, Kubeconfig: kc, Dir: cluster.Dir,
+		Args: []string{"--v=1"},
+		Mutate: func(c *configv1.KubeSchedulerConfiguration) {
+			c.Profiles[0].SchedulerName = ptr.To(schedulerName)
+			c.LeaderElection.LeaderElect = ptr.To(false)
+			if *tpWrite != "" {
+				for i := range c.Profiles[0].PluginConfig {
+					if a, ok := c.Profiles[0].PluginConfig[i].Args.Object.(*ourv1.GPUFitArgs); ok {
+						a.AssignmentWrite = ptr.To(*tpWrite)
+					}
+				}
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.Token = cluster.CP.Token(localcp.UserAdmin)
+	return s, s.WaitHealthy(ctx, 2*time.Minute)
+}
