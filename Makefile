@@ -97,6 +97,18 @@ bench-requeue: binaries
 	$(GO) test -count=1 -timeout 60m -run '^$$' -bench 'BenchmarkRequeueLatency|BenchmarkReconcilerCost' -benchtime 1x ./test/bench/ \
 		-args $(if $(JSON),-json $(abspath $(JSON))) 2>&1 | grep -vE '^[IWE][0-9]{4} ' ; exit $${PIPESTATUS[0]}
 
+# The openb replay grid: 17 workloads x 10 seeds x the six policies, next
+# to the published FGD results. Runs already done in OUT/runs are reused.
+OPENB_TRACE ?= ../shared/traces/openb
+OPENB_OUT ?= out/openb
+OPENB_POLICIES ?= learned,fgd,bestfit,packing,spread,vanilla
+PARALLEL ?= 2
+$(BIN)/gpu-sim: FORCE
+	$(GO) build -o $@ ./cmd/gpu-sim
+bench-openb: $(BIN)/gpu-sim
+	$(BIN)/gpu-sim --trace-dir $(OPENB_TRACE) --workload grid --policy $(OPENB_POLICIES) --seeds 42-51 --tune 1.3 \
+		--parallel $(PARALLEL) --out $(OPENB_OUT) $(if $(JSON),--json > $(JSON),)
+
 # Scheduling throughput of gpu-scheduler beside the vanilla kube-scheduler,
 # same control plane, same pods: (a) vanilla / (b) ours on CPU-only pods,
 # (c) ours on the openb-like GPU mix, (d) vanilla on it with whole GPUs.
