@@ -511,6 +511,38 @@ func TestLearner(t *testing.T) {
 	}
 }
 
+// Finely varied CPU requests fold into a bounded set of tasks whose CPU is
+// the mean of their members, and the task count stays capped.
+func TestLearnerBucketsAndCap(t *testing.T) {
+	l := NewLearner(0.95, 0)
+	for i, cpu := range []int64{11300, 11400, 11908, 12000} {
+		l.Observe(fmt.Sprintf("a%d", i), &Request{Count: 1, CPU: cpu})
+	}
+	tasks := l.Workload().Tasks()
+	if len(tasks) != 1 || tasks[0].CPU != 11652 {
+		t.Fatalf("want one task with the mean CPU 11652, got %+v", tasks)
+	}
+	for _, tc := range []struct{ in, want int64 }{{0, 0}, {8, 8}, {9, 9}, {1000, 1024}, {3152, 3328}, {4096, 4096}, {12000, 12288}} {
+		if got := cpuBucket(tc.in); got != tc.want {
+			t.Errorf("cpuBucket(%d) = %d, want %d", tc.in, got, tc.want)
+		}
+	}
+	m := NewLearner(0.95, 0)
+	for i := 0; i < 500; i++ { // 500 kinds of shared pod, one each
+		m.Observe(fmt.Sprintf("m%d", i), &Request{Milli: int32(1 + i), CPU: 1000})
+	}
+	if n := len(m.Workload().Tasks()); n != MaxLearnedTasks {
+		t.Errorf("learned tasks: %d, want the cap %d", n, MaxLearnedTasks)
+	}
+	many := make([]Task, MaxTasks+1)
+	for i := range many {
+		many[i] = Task{Milli: 1000, Count: 1, Weight: 1}
+	}
+	if _, err := NewWorkload(many); err == nil || !strings.Contains(err.Error(), "at most 128 tasks") {
+		t.Errorf("want the task limit, got %v", err)
+	}
+}
+
 func TestTypicalTasks(t *testing.T) {
 	var reqs []Request
 	add := func(n int, r Request) {

@@ -230,7 +230,7 @@ func (sc Scoring) fragScore(s *NodeState, wl *Workload, c Choice, r *Request) in
 			after[i] -= c.Milli
 		}
 	}
-	f := wl.frag(&after, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), fc.match)
+	f := wl.frag(&after, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), &fc.match)
 	return sc.key(sc.fragPrimary(f-fc.base), s.Idle()-int64(c.Milli)*int64(popcount(c.Mask)), s)
 }
 
@@ -265,7 +265,7 @@ func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, r *Req
 		nTried++
 		after := s.Free
 		after[i] -= milli
-		f := wl.frag(&after, s.Count, cpu, mem, fc.match)
+		f := wl.frag(&after, s.Count, cpu, mem, &fc.match)
 		p := sc.fragPrimary(f - fc.base)
 		better := best < 0 || p > bestP
 		if sc.Exact && !better && p == bestP && v < s.Free[best] {
@@ -292,7 +292,7 @@ func (sc Scoring) cpuOnlyScore(p Policy, s *NodeState, r *Request, wl *Workload)
 	}
 	if p == Fragmentation {
 		fc := wl.cache(s, sc.MemoryAware)
-		f := wl.frag(&s.Free, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), fc.match)
+		f := wl.frag(&s.Free, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), &fc.match)
 		// Any GPU node ranks below every node without GPUs.
 		return sc.key(sc.fragPrimary(f-fc.base)-cpuNodeTop, idle, s)
 	}

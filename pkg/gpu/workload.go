@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,16 @@ func TaskOf(r *Request) (Task, bool) {
 	return t, true
 }
 
+// MaxTasks bounds a target workload: Frag costs O(tasks) per node, and a
+// fixed bound keeps the per-node model mask in the cache entry itself.
+const MaxTasks = 128
+
+// MaxLearnedTasks bounds a learned workload. The tail beyond the most common
+// 64 kinds of pod weighs little in F and would only make scoring slower.
+const MaxLearnedTasks = 64
+
+const maskWords = MaxTasks / 64
+
 // Workload is a target workload: the typical tasks, by how often they come.
 // Fragmentation is measured against it. It is immutable.
 type Workload struct {
@@ -58,6 +69,9 @@ func NewWorkload(tasks []Task) (*Workload, error) {
 	if len(tasks) == 0 || sum <= 0 {
 		return nil, fmt.Errorf("a target workload needs at least one task with a positive weight")
 	}
+	if len(tasks) > MaxTasks {
+		return nil, fmt.Errorf("a target workload has at most %d tasks, not %d", MaxTasks, len(tasks))
+	}
 	w := &Workload{tasks: make([]Task, len(tasks))}
 	copy(w.tasks, tasks)
 	for i := range w.tasks {
@@ -74,21 +88,19 @@ func (w *Workload) Tasks() []Task { return w.tasks }
 type fragCache struct {
 	wl       *Workload
 	memAware bool
-	match    []uint64 // task i's model selector allows this node
+	match    [maskWords]uint64 // task i's model selector allows this node
 	base     float64
 }
 
 type fragSlot struct{ p atomic.Pointer[fragCache] }
 
-func (w *Workload) matchMask(s *NodeState) []uint64 {
-	mask := make([]uint64, (len(w.tasks)+63)/64)
+func (w *Workload) matchMask(s *NodeState, mask *[maskWords]uint64) {
 	for i := range w.tasks {
 		t := &w.tasks[i]
 		if t.Models.Empty() || t.Models.Matches(s.Model, s.ModelFold) {
 			mask[i/64] |= 1 << uint(i%64)
 		}
 	}
-	return mask
 }
 
 // cache returns the node's memoised baseline for this workload.
@@ -96,12 +108,13 @@ func (w *Workload) cache(s *NodeState, memAware bool) *fragCache {
 	if c := s.frag.p.Load(); c != nil && c.wl == w && c.memAware == memAware {
 		return c
 	}
-	c := &fragCache{wl: w, memAware: memAware, match: w.matchMask(s)}
+	c := &fragCache{wl: w, memAware: memAware}
+	w.matchMask(s, &c.match)
 	mem := int64(math.MaxInt64)
 	if memAware {
 		mem = s.MemFree
 	}
-	c.base = w.frag(&s.Free, s.Count, s.CPUFree, mem, c.match)
+	c.base = w.frag(&s.Free, s.Count, s.CPUFree, mem, &c.match)
 	s.frag.p.Store(c)
 	return c
 }
@@ -119,7 +132,7 @@ func (w *Workload) Frag(s *NodeState) float64 {
 // math.MaxInt64 when memory is not counted. Tasks are sorted by
 // milli, so one pass over the sorted devices gives, per task, the idle GPU on
 // devices too small for it and how many devices are large enough.
-func (w *Workload) frag(free *[MaxDevices]int32, count int32, cpuFree, memFree int64, match []uint64) float64 {
+func (w *Workload) frag(free *[MaxDevices]int32, count int32, cpuFree, memFree int64, match *[maskWords]uint64) float64 {
 	var sorted [MaxDevices]int32
 	n := int(count)
 	var idle int64
@@ -185,8 +198,9 @@ type taskKey struct {
 type learned struct {
 	task   Task
 	weight float64
-	// memSum accumulates weight·memory: a key's memory is its mean.
-	memSum float64
+	// cpuSum and memSum accumulate weight·request: a key's CPU and memory
+	// are their means. cpuSum is 0 for exact keys (TypicalTasks).
+	cpuSum, memSum float64
 }
 
 // NewLearner keeps the most common tasks that together make up coverage of
@@ -221,13 +235,16 @@ func (l *Learner) Observe(uid string, r *Request) {
 		l.seenNext = (l.seenNext + 1) % len(l.seenRing)
 		l.seen[uid] = struct{}{}
 	}
-	k := taskKey{cpu: t.CPU, milli: t.Milli, count: t.Count, models: t.Models.String()}
+	// CPU requests vary finely in a live cluster; bucketed, pods that differ
+	// by a few percent of CPU are one kind, with their mean CPU.
+	k := taskKey{cpu: cpuBucket(t.CPU), milli: t.Milli, count: t.Count, models: t.Models.String()}
 	e := l.counts[k]
 	if e == nil {
 		e = &learned{task: t}
 		l.counts[k] = e
 	}
 	e.weight += l.scale
+	e.cpuSum += l.scale * float64(t.CPU)
 	e.memSum += l.scale * float64(t.Memory)
 	l.total += l.scale
 	l.pending += l.scale
@@ -236,6 +253,7 @@ func (l *Learner) Observe(uid string, r *Request) {
 		if l.scale > 1e100 { // renormalise long before overflow
 			for _, c := range l.counts {
 				c.weight /= l.scale
+				c.cpuSum /= l.scale
 				c.memSum /= l.scale
 			}
 			l.total /= l.scale
@@ -264,21 +282,28 @@ func (l *Learner) rebuild() {
 		}
 		return keyLess(keys[entries[j]], keys[entries[i]])
 	})
-	tasks := topTasks(entries, l.total, l.coverage)
+	tasks := topTasks(entries, l.total, l.coverage, MaxLearnedTasks)
 	if wl, err := NewWorkload(tasks); err == nil {
 		l.current.Store(wl)
 	}
 }
 
-// topTasks keeps the leading tasks until they cover the given share.
-func topTasks(entries []*learned, total, coverage float64) []Task {
+// topTasks keeps the leading tasks until they cover the given share, or
+// until there are max of them.
+func topTasks(entries []*learned, total, coverage float64, max int) []Task {
 	var tasks []Task
 	var cum float64
 	for _, e := range entries {
+		if len(tasks) == max {
+			break
+		}
 		t := e.task
 		t.Weight = e.weight
 		if e.weight > 0 {
 			t.Memory = int64(e.memSum / e.weight)
+			if e.cpuSum > 0 {
+				t.CPU = int64(math.Ceil(e.cpuSum / e.weight))
+			}
 		}
 		tasks = append(tasks, t)
 		cum += e.weight
@@ -338,5 +363,15 @@ func TypicalTasks(reqs []Request, coverage float64) []Task {
 		}
 		return keyLess(keys[entries[j]], keys[entries[i]])
 	})
-	return topTasks(entries, total, coverage)
+	return topTasks(entries, total, coverage, MaxTasks)
+}
+
+// cpuBucket rounds a CPU request up to three significant bits (at most 12.5%
+// more), so that a learned workload groups requests of nearly the same size.
+func cpuBucket(milli int64) int64 {
+	if milli <= 8 {
+		return milli
+	}
+	step := int64(1) << (bits.Len64(uint64(milli)) - 4)
+	return (milli + step - 1) / step * step
 }

@@ -102,11 +102,18 @@ func StartScheduler(ctx context.Context, o SchedulerOptions) (*Scheduler, error)
 	return &Scheduler{Proc: p, Port: ports[0], ConfigPath: path}, nil
 }
 
-var insecureLoopback = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+var insecureLoopback = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 
 // Get fetches a path of the scheduler's secure port (health and metrics are
-// allowed without authentication on loopback).
+// allowed without authentication on loopback), within 2 s.
 func (s *Scheduler) Get(ctx context.Context, path string) (int, string, error) {
+	return s.GetWithin(ctx, path, 2*time.Second)
+}
+
+// GetWithin is Get with a time limit, for slow endpoints such as a CPU profile.
+func (s *Scheduler) GetWithin(ctx context.Context, path string, limit time.Duration) (int, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d%s", s.Port, path), nil)
 	if err != nil {
 		return 0, "", err

@@ -309,7 +309,9 @@ func BenchmarkReconcilerCost(b *testing.B) {
 			WindowSec: window.Seconds(), PendingPods: 5000, Nodes: 1000, ReasonWrites: atof(writes), Reconciles: atof(recs)}
 		out = append(out, c)
 		sched.Stop(5 * time.Second)
-		cluster.Client.CoreV1().Pods(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+		if err := deleteAllPods(context.Background(), ns); err != nil {
+			b.Fatal(err)
+		}
 	}
 	fmt.Printf("\nReconciler cost: 1000 nodes, 5000 pending GPU pods that fit nowhere, resync 30s, %v window\n", window)
 	fmt.Printf("%-11s %14s %12s %13s %15s %12s\n", "reconciler", "CPU s/window", "cores avg", "peak RSS MiB", "reason writes", "reconciles")

@@ -253,8 +253,10 @@ func runThroughput(ctx context.Context, b *testing.B, key, schedBin, workload st
 				time.Sleep(50 * time.Millisecond)
 			}
 			secs := max(2, int(float64(*tpPods)/400))
-			_, body, err := sched.Get(context.Background(), fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs))
-			if err == nil {
+			code, body, err := sched.GetWithin(context.Background(), fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), time.Duration(secs+30)*time.Second)
+			if err != nil || code != 200 {
+				b.Logf("variant %s: CPU profile: %d %v", key, code, err)
+			} else {
 				os.MkdirAll(*tpProfile, 0o755)
 				os.WriteFile(filepath.Join(*tpProfile, fmt.Sprintf("cpu-%s-%s.pprof", key, schedBin)), []byte(body), 0o644)
 			}
@@ -302,14 +304,38 @@ func runThroughput(ctx context.Context, b *testing.B, key, schedBin, workload st
 	res.P50, res.P90, res.P99 = percentile(sorted, 50), percentile(sorted, 90), percentile(sorted, 99)
 	b.Logf("%s: %d bound in %v; samples %v", key, bound.Load(), elapsed.Round(time.Millisecond), samples)
 
-	// Clean up, and wait, so the next variant meets empty nodes.
+	if *tpProfile != "" {
+		// Allocations since the start, to see what each pod costs.
+		if code, body, err := sched.GetWithin(ctx, "/debug/pprof/allocs", time.Minute); err == nil && code == 200 {
+			os.WriteFile(filepath.Join(*tpProfile, fmt.Sprintf("allocs-%s-%s.pprof", key, schedBin)), []byte(body), 0o644)
+		} else {
+			b.Logf("variant %s: allocs profile: %d %v", key, code, err)
+		}
+	}
+
+	// Clean up, so that the next variant meets empty nodes and a scheduler
+	// cache of the same size.
 	sched.Stop(10 * time.Second)
-	client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
-	wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
-		l, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1})
+	if err := deleteAllPods(ctx, ns); err != nil {
+		return nil, fmt.Errorf("variant %s: %w", key, err)
+	}
+	return res, nil
+}
+
+// deleteAllPods deletes a namespace's pods and waits until they are gone. A
+// DeleteCollection of thousands of pods can end at the request timeout with
+// only part deleted, so it is repeated.
+func deleteAllPods(ctx context.Context, ns string) error {
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods := cluster.Client.CoreV1().Pods(ns)
+		pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+		l, err := pods.List(ctx, metav1.ListOptions{Limit: 1})
 		return err == nil && len(l.Items) == 0, nil
 	})
-	return res, nil
+	if err != nil {
+		return fmt.Errorf("pods of %s not deleted: %w", ns, err)
+	}
+	return nil
 }
 
 func createPods(ctx context.Context, pods []*v1.Pod) error {

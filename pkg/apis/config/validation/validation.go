@@ -92,6 +92,9 @@ func ValidateGPUScoreArgs(path *field.Path, args *config.GPUScoreArgs) error {
 		if len(w.Tasks) == 0 {
 			errs = append(errs, field.Required(wp.Child("tasks"), "mode Static needs at least one task"))
 		}
+		if len(w.Tasks) > gpu.MaxTasks {
+			errs = append(errs, field.TooMany(wp.Child("tasks"), len(w.Tasks), gpu.MaxTasks))
+		}
 	default:
 		errs = append(errs, field.NotSupported(wp.Child("mode"), w.Mode, []string{config.WorkloadLearned, config.WorkloadStatic}))
 	}
