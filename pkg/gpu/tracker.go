@@ -25,9 +25,10 @@ type Tracker struct {
 	// bound to another node); nil means always.
 	alive atomic.Pointer[func(types.UID, Reservation) bool]
 
-	// slots is copy-on-write: the per-node hot path reads it without a lock;
-	// nodes are added rarely, under mu.
-	slots atomic.Pointer[map[string]*slot]
+	// slots maps node names to *slot. A sync.Map: the per-node hot path
+	// reads it without a lock, and adding the nodes of a large cluster one
+	// by one costs O(1) each (a copy-on-write map cost O(nodes) each).
+	slots sync.Map
 	mu    sync.RWMutex
 	byUID map[types.UID]string
 }
@@ -59,7 +60,6 @@ func NewTracker(opts NodeOptions) *Tracker {
 		reqOpts: RequestOptions{ResourceNames: opts.ResourceNames},
 		byUID:   map[types.UID]string{},
 	}
-	t.slots.Store(&map[string]*slot{})
 	return t
 }
 
@@ -74,23 +74,14 @@ func (t *Tracker) Options() NodeOptions { return t.opts }
 func (t *Tracker) RequestOptions() RequestOptions { return t.reqOpts }
 
 func (t *Tracker) slot(node string, create bool) *slot {
-	s := (*t.slots.Load())[node]
-	if s != nil || !create {
-		return s
+	if v, ok := t.slots.Load(node); ok {
+		return v.(*slot)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	old := *t.slots.Load()
-	if s = old[node]; s == nil {
-		s = &slot{reservations: map[types.UID]Reservation{}}
-		m := make(map[string]*slot, len(old)+1)
-		for k, v := range old {
-			m[k] = v
-		}
-		m[node] = s
-		t.slots.Store(&m)
+	if !create {
+		return nil
 	}
-	return s
+	v, _ := t.slots.LoadOrStore(node, &slot{reservations: map[types.UID]Reservation{}})
+	return v.(*slot)
 }
 
 // Lookup returns the cached state of a node if it is still current for the
@@ -198,7 +189,7 @@ func (t *Tracker) Compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 func (t *Tracker) dropUID(uid types.UID) {
 	t.mu.Lock()
 	if node, ok := t.byUID[uid]; ok {
-		if s := (*t.slots.Load())[node]; s != nil {
+		if s := t.slot(node, false); s != nil {
 			s.mu.Lock()
 			_, still := s.reservations[uid]
 			s.mu.Unlock()
@@ -303,13 +294,13 @@ type ReservationEntry struct {
 
 // Reservations lists the in-flight reservations, ordered by node and pod.
 func (t *Tracker) Reservations() []ReservationEntry {
-	all := *t.slots.Load()
-	names := make([]string, 0, len(all))
-	slots := make([]*slot, 0, len(all))
-	for n, s := range all {
-		names = append(names, n)
-		slots = append(slots, s)
-	}
+	var names []string
+	var slots []*slot
+	t.slots.Range(func(k, v any) bool {
+		names = append(names, k.(string))
+		slots = append(slots, v.(*slot))
+		return true
+	})
 	var out []ReservationEntry
 	for i, s := range slots {
 		s.mu.Lock()
@@ -330,16 +321,8 @@ func (t *Tracker) Reservations() []ReservationEntry {
 // ForgetNode drops a deleted node's cache and reservations.
 func (t *Tracker) ForgetNode(node string) {
 	t.mu.Lock()
-	old := *t.slots.Load()
-	s := old[node]
-	if s != nil {
-		m := make(map[string]*slot, len(old))
-		for k, v := range old {
-			if k != node {
-				m[k] = v
-			}
-		}
-		t.slots.Store(&m)
+	if v, ok := t.slots.LoadAndDelete(node); ok {
+		s := v.(*slot)
 		s.mu.Lock()
 		for uid := range s.reservations {
 			delete(t.byUID, uid)
