@@ -227,6 +227,11 @@ func Run(ctx context.Context, e Experiment) (*Result, error) {
 		if e.Limit > 0 && i >= e.Limit {
 			break
 		}
+		// An interrupted replay must not pass for a result: the cancelled
+		// framework would fail every remaining pod.
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		var pod *v1.Pod
 		if e.Policy == Vanilla {
 			pod = VanillaPodObject(row, i)

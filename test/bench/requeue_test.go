@@ -110,7 +110,7 @@ func BenchmarkRequeueLatency(b *testing.B) {
 		}
 		results[v.Key] = st
 	}
-	fmt.Printf("\nRequeue latency: deletion of a bound pod -> next bind of a pending pod (%d trials each, 50 pending, 32 devices)\n", *trials)
+	fmt.Printf("\nRequeue latency: deletion of a bound pod -> next bind of a pending pod (up to %d trials, one per filled device; 50 pending, 32 devices)\n", *trials)
 	fmt.Printf("%-14s %6s %11s %6s %9s %9s %9s %8s\n", "variant", "hints", "reconciler", "n", "p50 ms", "p99 ms", "max ms", "timeouts")
 	for _, v := range variants {
 		r := results[v.Key]

@@ -1,0 +1,31 @@
+#!/usr/bin/env python3
+"""Compare gpu-sim runs (OUT/runs/*.json) with the published FGD figures on
+the same seeds: mean allocation at 130% arrival, per workload and policy.
+
+usage: hack/openb-compare.py [OUT] [TRACE_DIR]
+"""
+import collections, csv, glob, json, os, statistics, sys
+
+out = sys.argv[1] if len(sys.argv) > 1 else "out/openb"
+trace = sys.argv[2] if len(sys.argv) > 2 else "../shared/traces/openb"
+
+pub = collections.defaultdict(dict)  # workload -> seed -> value at 130
+for r in csv.DictReader(open(os.path.join(trace, "fgd_expected_alloc.csv"))):
+    if r["sc_policy"].endswith("FGD") and r["130"]:
+        pub[r["workload"].removeprefix("openb_pod_list_")][int(r["seed"])] = float(r["130"])
+
+ours = collections.defaultdict(dict)  # (workload, policy) -> seed -> (value, wall s)
+for f in glob.glob(os.path.join(out, "runs", "*.json")):
+    d = json.load(open(f))
+    ours[(d["Workload"], d["Policy"])][d["Seed"]] = (d["Curve"][130], d["Wall"] / 1e9)
+
+print("| workload | policy | seeds | ours @130 | published FGD @130, same seeds | Δ | published FGD @130, 10 seeds | mean wall s |")
+print("|---|---|---|---|---|---|---|---|")
+for (w, p), runs in sorted(ours.items()):
+    seeds = sorted(runs)
+    mine = statistics.mean(runs[s][0] for s in seeds)
+    same = [pub[w][s] for s in seeds if s in pub[w]]
+    ref = statistics.mean(same) if len(same) == len(seeds) else float("nan")
+    all10 = statistics.mean(pub[w].values()) if pub[w] else float("nan")
+    wall = statistics.mean(runs[s][1] for s in seeds)
+    print(f"| {w} | {p} | {len(seeds)} | {mine:.2f} | {ref:.2f} | {mine - ref:+.2f} | {all10:.2f} | {wall:.0f} |")
