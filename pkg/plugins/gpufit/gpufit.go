@@ -94,6 +94,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		opts.ResourceNames = append(opts.ResourceNames, v1.ResourceName(n))
 	}
 	s := shared.For(h)
+	context.AfterFunc(ctx, func() { shared.Forget(h) })
 	s.Configure(opts)
 	pl := &GPUFit{
 		handle:  h,

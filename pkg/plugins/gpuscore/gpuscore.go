@@ -37,7 +37,7 @@ var (
 )
 
 // New builds the plugin from validated args.
-func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 	var args *config.GPUScoreArgs
 	switch a := obj.(type) {
 	case nil:
@@ -59,6 +59,7 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		MemoryAware:  args.Scoring.MemoryAware,
 	}
 	s := shared.For(h)
+	context.AfterFunc(ctx, func() { shared.Forget(h) })
 	w := args.TargetWorkload
 	if w.Mode == config.WorkloadStatic {
 		wl, err := StaticWorkload(w.Tasks)

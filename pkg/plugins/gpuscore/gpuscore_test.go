@@ -1,11 +1,13 @@
 package gpuscore_test
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -251,5 +253,28 @@ func TestNewValidatesArgs(t *testing.T) {
 	bad = staticArgs(gpu.Fragmentation, config.WorkloadTask{GPUMilli: 300, GPUCount: 2, Weight: 1})
 	if _, err := New(tCtx, bad, fh); err == nil || !strings.Contains(err.Error(), "must be 1 for a shared GPU task") {
 		t.Errorf("got %v", err)
+	}
+}
+
+// The shared state of a profile goes with its framework's context: gpu-sim
+// builds a framework per replay and must not keep them all.
+func TestSharedStateReleased(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	fh, _ := newProfile(t, scheme.DefaultGPUScoreArgs(), nil, nil)
+	ctx, cancel := context.WithCancel(tCtx)
+	if _, err := New(ctx, scheme.DefaultGPUScoreArgs(), fh); err != nil {
+		t.Fatal(err)
+	}
+	before := sharedTracker(fh)
+	if sharedTracker(fh) != before {
+		t.Fatal("the state must persist while the context lives")
+	}
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for sharedTracker(fh) == before {
+		if time.Now().After(deadline) {
+			t.Fatal("the shared state outlived its framework's context")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

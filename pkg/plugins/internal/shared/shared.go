@@ -53,6 +53,14 @@ func For(h fwk.Handle) *Shared {
 	return s
 }
 
+// Forget drops the profile's shared state, once its framework is done: a
+// process that builds many frameworks (gpu-sim) must not keep them all.
+func Forget(h fwk.Handle) {
+	mu.Lock()
+	defer mu.Unlock()
+	delete(profiles, h)
+}
+
 // Configure sets where devices are read from (GPUFit's args). It must run
 // before scheduling starts.
 func (s *Shared) Configure(opts gpu.NodeOptions) {
