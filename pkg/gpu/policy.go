@@ -293,10 +293,12 @@ func (sc Scoring) cpuOnlyScore(p Policy, s *NodeState, r *Request, wl *Workload)
 	if p == Fragmentation {
 		fc := wl.cache(s, sc.MemoryAware)
 		f := wl.frag(&s.Free, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), &fc.match)
-		// Any GPU node ranks below every node without GPUs.
-		return sc.key(sc.fragPrimary(f-fc.base)-cpuNodeTop, idle, s)
+		// Any GPU node ranks below every node without GPUs. No node-order
+		// tie-break: for a CPU pod, equivalent nodes tie, and the CPU and
+		// memory scores (LeastRequested) choose among them.
+		return sc.key(sc.fragPrimary(f-fc.base)-cpuNodeTop, idle, &NodeState{})
 	}
-	return sc.key(-idle, idle, s)
+	return sc.key(-idle, idle, &NodeState{})
 }
 
 // cpuNodeTop ranks nodes without GPUs above every GPU node for CPU-only pods.
