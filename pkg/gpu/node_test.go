@@ -569,3 +569,22 @@ func TestTypicalTasks(t *testing.T) {
 		t.Fail()
 	}
 }
+
+// A CPU-only pod has no node-order tie-break: equivalent GPU nodes tie, so
+// the CPU and memory scores choose among them.
+func TestCPUOnlyPodsTieOnEquivalentNodes(t *testing.T) {
+	a, b := state(1000, 1000), state(1000, 1000)
+	a.Name, b.Name = "node-a", "node-b"
+	a.Prio, b.Prio = nodePrio(a.Name), nodePrio(b.Name)
+	if a.Prio == b.Prio {
+		t.Fatal("the test needs two priorities")
+	}
+	r := Request{CPU: 1000}
+	for _, p := range []Policy{BestFit, Packing, Spread} {
+		_, sa, _ := Evaluate(p, a, &r, nil)
+		_, sb, _ := Evaluate(p, b, &r, nil)
+		if sa != sb {
+			t.Errorf("%s: equivalent nodes score %d and %d", p, sa, sb)
+		}
+	}
+}
