@@ -570,8 +570,6 @@ func TestTypicalTasks(t *testing.T) {
 	}
 }
 
-// A CPU-only pod has no node-order tie-break: equivalent GPU nodes tie, so
-// the CPU and memory scores choose among them.
 // CPU-only pods that must go to GPU nodes pile onto the same ones, in the
 // stable node order, so that the others keep their CPU for GPU pods (the
 // openb replays lose 4-9 points of allocation when they spread). That order
@@ -605,6 +603,32 @@ func TestCPUOnlyPodsOnGPUNodes(t *testing.T) {
 		_, sb, _ := Evaluate(p, b, &r, wl)
 		if (sa > sb) != (a.Prio > b.Prio) || sa == sb {
 			t.Errorf("%s: equivalent nodes score %d (prio %d) and %d (prio %d): want the node order", p, sa, a.Prio, sb, b.Prio)
+		}
+	}
+}
+
+// The node index stays complete while nodes are added one by one (read-only
+// map plus batched merges), and forgets deleted nodes wherever they are.
+func TestTrackerNodeIndex(t *testing.T) {
+	tr := NewTracker(DefaultNodeOptions)
+	states := map[string]*NodeState{}
+	for i := 0; i < 1000; i++ {
+		name := fmt.Sprintf("n%04d", i)
+		states[name] = tr.Build(node(name, 2, 2, nil), 1, nil, 1000, 1<<20)
+		if i%97 == 0 { // every node so far is still found
+			for n, st := range states {
+				if tr.Lookup(n, 1) != st {
+					t.Fatalf("after %d nodes, %s is not found", i+1, n)
+				}
+			}
+		}
+	}
+	tr.ForgetNode("n0000") // merged long ago
+	tr.ForgetNode("n0999") // among the latest
+	for n, st := range states {
+		got := tr.Lookup(n, 1)
+		if gone := n == "n0000" || n == "n0999"; gone && got != nil || !gone && got != st {
+			t.Errorf("%s: got %v", n, got)
 		}
 	}
 }

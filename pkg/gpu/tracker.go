@@ -25,12 +25,15 @@ type Tracker struct {
 	// bound to another node); nil means always.
 	alive atomic.Pointer[func(types.UID, Reservation) bool]
 
-	// slots maps node names to *slot. A sync.Map: the per-node hot path
-	// reads it without a lock, and adding the nodes of a large cluster one
-	// by one costs O(1) each (a copy-on-write map cost O(nodes) each).
-	slots sync.Map
-	mu    sync.RWMutex
-	byUID map[types.UID]string
+	// slots is a read-only map for the per-node hot path, read without a
+	// lock (a plain map reads faster than a sync.Map). New nodes go to
+	// added, under slotMu, and are merged into a new slots map once added
+	// holds a quarter as many: adding n nodes one by one costs O(n) in all.
+	slots  atomic.Pointer[map[string]*slot]
+	slotMu sync.Mutex
+	added  map[string]*slot
+	mu     sync.RWMutex
+	byUID  map[types.UID]string
 }
 
 type slot struct {
@@ -74,14 +77,42 @@ func (t *Tracker) Options() NodeOptions { return t.opts }
 func (t *Tracker) RequestOptions() RequestOptions { return t.reqOpts }
 
 func (t *Tracker) slot(node string, create bool) *slot {
-	if v, ok := t.slots.Load(node); ok {
-		return v.(*slot)
+	if m := t.slots.Load(); m != nil {
+		if s := (*m)[node]; s != nil {
+			return s
+		}
 	}
-	if !create {
-		return nil
+	t.slotMu.Lock()
+	defer t.slotMu.Unlock()
+	if m := t.slots.Load(); m != nil && (*m)[node] != nil {
+		return (*m)[node]
 	}
-	v, _ := t.slots.LoadOrStore(node, &slot{reservations: map[types.UID]Reservation{}})
-	return v.(*slot)
+	s := t.added[node]
+	if s == nil && create {
+		s = &slot{reservations: map[types.UID]Reservation{}}
+		if t.added == nil {
+			t.added = map[string]*slot{}
+		}
+		t.added[node] = s
+	}
+	if len(t.added) > 0 {
+		var old map[string]*slot
+		if m := t.slots.Load(); m != nil {
+			old = *m
+		}
+		if len(t.added) >= len(old)/4 {
+			m := make(map[string]*slot, len(old)+len(t.added))
+			for k, v := range old {
+				m[k] = v
+			}
+			for k, v := range t.added {
+				m[k] = v
+			}
+			t.slots.Store(&m)
+			t.added = nil
+		}
+	}
+	return s
 }
 
 // Lookup returns the cached state of a node if it is still current for the
@@ -296,11 +327,18 @@ type ReservationEntry struct {
 func (t *Tracker) Reservations() []ReservationEntry {
 	var names []string
 	var slots []*slot
-	t.slots.Range(func(k, v any) bool {
-		names = append(names, k.(string))
-		slots = append(slots, v.(*slot))
-		return true
-	})
+	t.slotMu.Lock()
+	if m := t.slots.Load(); m != nil {
+		for k, v := range *m {
+			names = append(names, k)
+			slots = append(slots, v)
+		}
+	}
+	for k, v := range t.added {
+		names = append(names, k)
+		slots = append(slots, v)
+	}
+	t.slotMu.Unlock()
 	var out []ReservationEntry
 	for i, s := range slots {
 		s.mu.Lock()
@@ -321,8 +359,7 @@ func (t *Tracker) Reservations() []ReservationEntry {
 // ForgetNode drops a deleted node's cache and reservations.
 func (t *Tracker) ForgetNode(node string) {
 	t.mu.Lock()
-	if v, ok := t.slots.LoadAndDelete(node); ok {
-		s := v.(*slot)
+	if s := t.removeSlot(node); s != nil {
 		s.mu.Lock()
 		for uid := range s.reservations {
 			delete(t.byUID, uid)
@@ -330,4 +367,28 @@ func (t *Tracker) ForgetNode(node string) {
 		s.mu.Unlock()
 	}
 	t.mu.Unlock()
+}
+
+// removeSlot takes a node out of the index; deletions are rare, so the
+// read-only map is copied.
+func (t *Tracker) removeSlot(node string) *slot {
+	t.slotMu.Lock()
+	defer t.slotMu.Unlock()
+	if s := t.added[node]; s != nil {
+		delete(t.added, node)
+		return s
+	}
+	m := t.slots.Load()
+	if m == nil || (*m)[node] == nil {
+		return nil
+	}
+	s := (*m)[node]
+	n := make(map[string]*slot, len(*m))
+	for k, v := range *m {
+		if k != node {
+			n[k] = v
+		}
+	}
+	t.slots.Store(&n)
+	return s
 }
