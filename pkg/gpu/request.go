@@ -144,6 +144,33 @@ type RequestOptions struct {
 // DefaultRequestOptions uses nvidia.com/gpu.
 var DefaultRequestOptions = RequestOptions{ResourceNames: []v1.ResourceName{ResourceNvidiaGPU}}
 
+// UsesGPU is a cheap test that a pod asks for no device at all (no GPU
+// resource, no shared-GPU annotation), so that rebuilding a node's device
+// state skips parsing its CPU pods in full.
+func UsesGPU(pod *v1.Pod, opts RequestOptions) bool {
+	for _, key := range sharedKeys {
+		if _, ok := pod.Annotations[key]; ok {
+			return true
+		}
+	}
+	has := func(cs []v1.Container) bool {
+		for i := range cs {
+			for _, name := range opts.ResourceNames {
+				if _, ok := cs[i].Resources.Requests[name]; ok {
+					return true
+				}
+				if _, ok := cs[i].Resources.Limits[name]; ok {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return has(pod.Spec.Containers) || has(pod.Spec.InitContainers)
+}
+
+var sharedKeys = [...]string{AnnotationMilli, AnnotationKAIFraction, AnnotationMemory, AnnotationKAIMemory}
+
 // ParseRequest reads a pod's GPU request. Invalid input returns an
 // *InvalidError; it is never ignored.
 func ParseRequest(pod *v1.Pod, opts RequestOptions) (Request, error) {
@@ -165,7 +192,7 @@ func ParseRequest(pod *v1.Pod, opts RequestOptions) (Request, error) {
 
 	a := pod.Annotations
 	shared := ""
-	for _, key := range []string{AnnotationMilli, AnnotationKAIFraction, AnnotationMemory, AnnotationKAIMemory} {
+	for _, key := range sharedKeys {
 		v, ok := a[key]
 		if !ok {
 			continue

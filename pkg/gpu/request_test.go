@@ -209,7 +209,12 @@ func FuzzParseRequest(f *testing.F) {
 		if gpus < 0 || gpus > 64 {
 			gpus = 1
 		}
-		r, err := ParseRequest(pod(ann, gpus, "1"), DefaultRequestOptions)
+		p := pod(ann, gpus, "1")
+		r, err := ParseRequest(p, DefaultRequestOptions)
+		if err == nil && r.HasGPU() && !UsesGPU(p, DefaultRequestOptions) {
+			// The tracker would skip a pod that holds a device.
+			t.Fatalf("UsesGPU false for %+v", r)
+		}
 		if err != nil {
 			var inv *InvalidError
 			if !errors.As(err, &inv) || inv.Key == "" || inv.Rule == "" {

@@ -167,7 +167,10 @@ func (t *Tracker) Compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 	st := NewNodeState(node.Name, ReadInventory(node, t.opts), cpuFree)
 	st.MemFree = memFree
 	st.key.version = s.version.Load()
-	handled := make(map[types.UID]bool, len(s.reservations))
+	var handled map[types.UID]bool // written only for reserved pods
+	if len(s.reservations) > 0 {
+		handled = make(map[types.UID]bool, len(s.reservations))
+	}
 	var unknown []Request
 	for _, pod := range pods {
 		if exclude != "" && pod.UID == exclude {
@@ -189,6 +192,9 @@ func (t *Tracker) Compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 		if r, ok := s.reservations[pod.UID]; ok {
 			st.TakeChoice(r.Choice)
 			handled[pod.UID] = true
+			continue
+		}
+		if !UsesGPU(pod, t.reqOpts) {
 			continue
 		}
 		if req, err := ParseRequest(pod, t.reqOpts); err == nil && req.HasGPU() {

@@ -211,11 +211,21 @@ func BenchmarkScoreOnly(b *testing.B) {
 
 // BenchmarkStateRebuild is the cost when the node changed since the last
 // cycle: the device state is derived again from the node's pods.
+// "cpu-pods" adds 40 CPU-only pods, as on the GPU nodes CPU pods pile onto.
 func BenchmarkStateRebuild(b *testing.B) {
 	node, pods := benchNode()
-	tr := gpu.NewTracker(gpu.DefaultNodeOptions)
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		tr.Build(node, int64(i), pods, 96000, 1<<20)
+	withCPU := pods
+	for i := 0; i < 40; i++ {
+		withCPU = append(withCPU, st.MakePod().Name(fmt.Sprintf("cpu-%d", i)).UID(fmt.Sprintf("cpu-%d", i)).Namespace("default").
+			Node("gpu-8").Req(map[v1.ResourceName]string{v1.ResourceCPU: "1", v1.ResourceMemory: "2Gi"}).Obj())
+	}
+	for name, pods := range map[string][]*v1.Pod{"gpu-pods": pods, "cpu-pods": withCPU} {
+		b.Run(name, func(b *testing.B) {
+			tr := gpu.NewTracker(gpu.DefaultNodeOptions)
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				tr.Build(node, int64(i), pods, 96000, 1<<20)
+			}
+		})
 	}
 }
