@@ -632,3 +632,42 @@ func TestTrackerNodeIndex(t *testing.T) {
 		}
 	}
 }
+
+// The shortcut for CPU-only pods (every GPU task still fits by CPU and
+// memory) gives the score the full fragmentation computation gives.
+func TestCPUOnlyShortcutMatchesFragmentation(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	wl, err := NewWorkload([]Task{
+		{CPU: 8000, Memory: 32768, Milli: 1000, Count: 2, Weight: 3},
+		{CPU: 4000, Memory: 8192, Milli: 500, Count: 1, Weight: 2},
+		{CPU: 2000, Weight: 1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shortcuts := 0
+	for i := 0; i < 2000; i++ {
+		s := NewNodeState(fmt.Sprintf("n%d", i), Inventory{Count: int32(1 + rng.Intn(8))}, rng.Int63n(20000))
+		s.MemFree = rng.Int63n(65536)
+		for d := int32(0); d < s.Count; d++ {
+			s.Free[d] = int32(rng.Intn(11)) * 100
+		}
+		r := Request{CPU: rng.Int63n(12000), Memory: rng.Int63n(16384)}
+		for _, sc := range []Scoring{DefaultScoring, {Policy: Fragmentation, NodePriority: true}} {
+			_, got, _ := sc.Evaluate(s, &r, wl)
+			var match [maskWords]uint64
+			wl.matchMask(s, &match)
+			before := wl.frag(&s.Free, s.Count, s.CPUFree, sc.memFree(s, 0), &match)
+			after := wl.frag(&s.Free, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), &match)
+			if want := sc.key(sc.fragPrimary(after-before)-cpuNodeTop, s.Idle(), s); got != want {
+				t.Fatalf("%+v on %+v: score %d, fragmentation says %d", r, s, got, want)
+			}
+			if s.CPUFree-r.CPU >= wl.maxCPU && sc.memFree(s, r.Memory) >= wl.maxMem {
+				shortcuts++
+			}
+		}
+	}
+	if shortcuts == 0 || shortcuts == 4000 {
+		t.Fatalf("%d of 4000 cases took the shortcut: the test covers only one path", shortcuts)
+	}
+}

@@ -294,8 +294,14 @@ func (sc Scoring) cpuOnlyScore(p Policy, s *NodeState, r *Request, wl *Workload)
 		return sc.key(cpuNodeTop, 0, &NodeState{})
 	}
 	if p == Fragmentation {
+		cpuAfter, memAfter := s.CPUFree-r.CPU, sc.memFree(s, r.Memory)
+		if cpuAfter >= wl.maxCPU && memAfter >= wl.maxMem {
+			// Every GPU task still fits by CPU and memory: F is unchanged
+			// (the common case, and no fragmentation to compute).
+			return sc.key(sc.fragPrimary(0)-cpuNodeTop, idle, s)
+		}
 		fc := wl.cache(s, sc.MemoryAware)
-		f := wl.frag(&s.Free, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), &fc.match)
+		f := wl.frag(&s.Free, s.Count, cpuAfter, memAfter, &fc.match)
 		// Any GPU node ranks below every node without GPUs.
 		return sc.key(sc.fragPrimary(f-fc.base)-cpuNodeTop, idle, s)
 	}

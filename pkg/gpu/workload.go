@@ -49,6 +49,9 @@ const maskWords = MaxTasks / 64
 // Fragmentation is measured against it. It is immutable.
 type Workload struct {
 	tasks []Task // sorted by Milli ascending, weights sum to 1
+	// maxCPU and maxMem are the largest CPU and memory of a GPU task: a
+	// node left with at least that much frees no GPU task by CPU or memory.
+	maxCPU, maxMem int64
 }
 
 // NewWorkload normalises the weights and orders the tasks for Frag.
@@ -78,6 +81,11 @@ func NewWorkload(tasks []Task) (*Workload, error) {
 		w.tasks[i].Weight /= sum
 	}
 	sort.SliceStable(w.tasks, func(i, j int) bool { return w.tasks[i].Milli < w.tasks[j].Milli })
+	for _, t := range w.tasks {
+		if t.Milli > 0 {
+			w.maxCPU, w.maxMem = max(w.maxCPU, t.CPU), max(w.maxMem, t.Memory)
+		}
+	}
 	return w, nil
 }
 
