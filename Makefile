@@ -116,7 +116,7 @@ NODES ?= 5000
 PODS ?= 10000
 bench-throughput: binaries
 	$(GO) test -count=1 -timeout 90m -run '^$$' -bench 'BenchmarkThroughput' -benchtime 1x ./test/bench/ \
-		-args -nodes $(NODES) -pods $(PODS) $(if $(PPROF),-pprof $(abspath $(PPROF))) $(if $(JSON),-json $(abspath $(JSON))) $(BENCH_ARGS) \
+		-args -nodes $(NODES) -pods $(PODS) $(if $(ROUNDS),-rounds $(ROUNDS)) $(if $(PPROF),-pprof $(abspath $(PPROF))) $(if $(JSON),-json $(abspath $(JSON))) $(BENCH_ARGS) \
 		2>&1 | grep -vE '^[IWE][0-9]{4} ' ; exit $${PIPESTATUS[0]}
 
 fuzz:
