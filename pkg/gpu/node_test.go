@@ -634,7 +634,8 @@ func TestTrackerNodeIndex(t *testing.T) {
 }
 
 // The shortcut for CPU-only pods (every GPU task still fits by CPU and
-// memory) gives the score the full fragmentation computation gives.
+// memory) gives the score the full fragmentation computation gives, and so
+// does the quick score from the node's accounting alone, when it answers.
 func TestCPUOnlyShortcutMatchesFragmentation(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
 	wl, err := NewWorkload([]Task{
@@ -645,21 +646,30 @@ func TestCPUOnlyShortcutMatchesFragmentation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shortcuts := 0
+	shortcuts, quick := 0, 0
 	for i := 0; i < 2000; i++ {
-		s := NewNodeState(fmt.Sprintf("n%d", i), Inventory{Count: int32(1 + rng.Intn(8))}, rng.Int63n(20000))
+		s := NewNodeState(fmt.Sprintf("n%d", i), Inventory{Count: int32(rng.Intn(9))}, rng.Int63n(20000))
 		s.MemFree = rng.Int63n(65536)
 		for d := int32(0); d < s.Count; d++ {
 			s.Free[d] = int32(rng.Intn(11)) * 100
 		}
 		r := Request{CPU: rng.Int63n(12000), Memory: rng.Int63n(16384)}
-		for _, sc := range []Scoring{DefaultScoring, {Policy: Fragmentation, NodePriority: true}} {
+		for _, sc := range []Scoring{DefaultScoring, {Policy: Fragmentation, NodePriority: true}, {Policy: BestFit, NodePriority: true}} {
 			_, got, _ := sc.Evaluate(s, &r, wl)
+			if q, ok := sc.CPUOnlyQuick(s.Count > 0, s.Name, s.CPUFree, s.MemFree, &r, wl); ok {
+				quick++
+				if q != got {
+					t.Fatalf("%s: quick score %d, Evaluate %d for %+v on %+v", sc.Policy, q, got, r, s)
+				}
+			}
+			if s.Count == 0 || sc.Policy != Fragmentation {
+				continue
+			}
 			var match [maskWords]uint64
 			wl.matchMask(s, &match)
 			before := wl.frag(&s.Free, s.Count, s.CPUFree, sc.memFree(s, 0), &match)
 			after := wl.frag(&s.Free, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), &match)
-			if want := sc.key(sc.fragPrimary(after-before)-cpuNodeTop, s.Idle(), s); got != want {
+			if want := sc.key(sc.fragPrimary(after-before)-cpuNodeTop, s.Idle(), s.Prio); got != want {
 				t.Fatalf("%+v on %+v: score %d, fragmentation says %d", r, s, got, want)
 			}
 			if s.CPUFree-r.CPU >= wl.maxCPU && sc.memFree(s, r.Memory) >= wl.maxMem {
@@ -667,7 +677,7 @@ func TestCPUOnlyShortcutMatchesFragmentation(t *testing.T) {
 			}
 		}
 	}
-	if shortcuts == 0 || shortcuts == 4000 {
-		t.Fatalf("%d of 4000 cases took the shortcut: the test covers only one path", shortcuts)
+	if shortcuts == 0 || quick == 0 || quick == 6000 {
+		t.Fatalf("shortcut %d, quick %d of 6000 cases: the test covers only one path", shortcuts, quick)
 	}
 }

@@ -90,11 +90,11 @@ func (sc Scoring) Evaluate(s *NodeState, r *Request, wl *Workload) (Choice, int6
 		case Fragmentation:
 			return c, sc.fragScore(s, wl, c, r), true
 		case Packing:
-			return c, sc.key(packingTier(s, devices, milli, c), after, s), true
+			return c, sc.key(packingTier(s, devices, milli, c), after, s.Prio), true
 		case Spread:
-			return c, sc.key(spreadFrac(s, after), -after, s), true
+			return c, sc.key(spreadFrac(s, after), -after, s.Prio), true
 		default:
-			return c, sc.key(bestFit(s, r.CPU, after), after, s), true
+			return c, sc.key(bestFit(s, r.CPU, after), after, s.Prio), true
 		}
 	}
 	// A share of one device: which device matters.
@@ -103,13 +103,13 @@ func (sc Scoring) Evaluate(s *NodeState, r *Request, wl *Workload) (Choice, int6
 		return sc.bestFragDevice(s, wl, milli, r)
 	case Spread:
 		c := Choice{Mask: 1 << uint(mostFree(s, milli)), Milli: milli}
-		return c, sc.key(spreadFrac(s, after), -after, s), true
+		return c, sc.key(spreadFrac(s, after), -after, s.Prio), true
 	case Packing:
 		c := Choice{Mask: 1 << uint(tightest(s, milli)), Milli: milli}
-		return c, sc.key(packingTier(s, 1, milli, c), after, s), true
+		return c, sc.key(packingTier(s, 1, milli, c), after, s.Prio), true
 	default:
 		c := Choice{Mask: 1 << uint(tightest(s, milli)), Milli: milli}
-		return c, sc.key(bestFit(s, r.CPU, after), after, s), true
+		return c, sc.key(bestFit(s, r.CPU, after), after, s.Prio), true
 	}
 }
 
@@ -122,13 +122,13 @@ func Evaluate(p Policy, s *NodeState, r *Request, wl *Workload) (Choice, int64, 
 
 // key orders by primary, then (with LeastIdle) by less idle GPU left, then
 // (with NodePriority) by the node's priority. |primary| < 2^25.
-func (sc Scoring) key(primary, idleAfter int64, s *NodeState) int64 {
+func (sc Scoring) key(primary, idleAfter int64, prio uint16) int64 {
 	k := primary << 37
 	if sc.LeastIdle {
 		k += (1<<20 - min(idleAfter, 1<<20-1)) << 16
 	}
 	if sc.NodePriority {
-		k += int64(s.Prio)
+		k += int64(prio)
 	}
 	return k
 }
@@ -231,7 +231,7 @@ func (sc Scoring) fragScore(s *NodeState, wl *Workload, c Choice, r *Request) in
 		}
 	}
 	f := wl.frag(&after, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), &fc.match)
-	return sc.key(sc.fragPrimary(f-fc.base), s.Idle()-int64(c.Milli)*int64(popcount(c.Mask)), s)
+	return sc.key(sc.fragPrimary(f-fc.base), s.Idle()-int64(c.Milli)*int64(popcount(c.Mask)), s.Prio)
 }
 
 // bestFragDevice tries the devices a share fits on. Bucketed, the first
@@ -278,7 +278,7 @@ func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, r *Req
 	if best < 0 {
 		return Choice{}, 0, false
 	}
-	return Choice{Mask: 1 << uint(best), Milli: milli}, sc.key(sc.fragPrimary(bestF-fc.base), s.Idle()-int64(milli), s), true
+	return Choice{Mask: 1 << uint(best), Milli: milli}, sc.key(sc.fragPrimary(bestF-fc.base), s.Idle()-int64(milli), s.Prio), true
 }
 
 // cpuOnlyScore keeps CPU-only pods off GPU nodes: the idle GPU a node has is
@@ -291,21 +291,47 @@ func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, r *Req
 func (sc Scoring) cpuOnlyScore(p Policy, s *NodeState, r *Request, wl *Workload) int64 {
 	idle := s.Idle()
 	if s.Count == 0 {
-		return sc.key(cpuNodeTop, 0, &NodeState{})
+		return sc.key(cpuNodeTop, 0, 0)
 	}
 	if p == Fragmentation {
 		cpuAfter, memAfter := s.CPUFree-r.CPU, sc.memFree(s, r.Memory)
 		if cpuAfter >= wl.maxCPU && memAfter >= wl.maxMem {
 			// Every GPU task still fits by CPU and memory: F is unchanged
 			// (the common case, and no fragmentation to compute).
-			return sc.key(sc.fragPrimary(0)-cpuNodeTop, idle, s)
+			return sc.key(sc.fragPrimary(0)-cpuNodeTop, idle, s.Prio)
 		}
 		fc := wl.cache(s, sc.MemoryAware)
 		f := wl.frag(&s.Free, s.Count, cpuAfter, memAfter, &fc.match)
 		// Any GPU node ranks below every node without GPUs.
-		return sc.key(sc.fragPrimary(f-fc.base)-cpuNodeTop, idle, s)
+		return sc.key(sc.fragPrimary(f-fc.base)-cpuNodeTop, idle, s.Prio)
 	}
-	return sc.key(-idle, idle, s)
+	return sc.key(-idle, idle, s.Prio)
+}
+
+// CPUOnlyQuick scores a CPU-only pod from the node's own accounting
+// (whether it has GPUs, its free CPU and memory in MiB) when that decides,
+// as it usually does: on a node without GPUs, or under Fragmentation when
+// every GPU task still fits by CPU and memory. The score is the one Evaluate
+// gives; without the device state, the scheduler skips a per-node lookup.
+// ok is false when the device state is needed.
+func (sc Scoring) CPUOnlyQuick(hasGPU bool, node string, cpuFree, memFree int64, r *Request, wl *Workload) (score int64, ok bool) {
+	if r.HasGPU() || sc.LeastIdle {
+		return 0, false
+	}
+	if !hasGPU {
+		return sc.key(cpuNodeTop, 0, 0), true
+	}
+	if sc.Policy != Fragmentation || wl == nil {
+		return 0, false
+	}
+	mem := int64(math.MaxInt64)
+	if sc.MemoryAware {
+		mem = memFree - r.Memory
+	}
+	if cpuFree-r.CPU < wl.maxCPU || mem < wl.maxMem {
+		return 0, false
+	}
+	return sc.key(sc.fragPrimary(0)-cpuNodeTop, 0, nodePrio(node)), true
 }
 
 // cpuNodeTop ranks nodes without GPUs above every GPU node for CPU-only pods.

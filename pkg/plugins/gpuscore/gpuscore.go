@@ -123,6 +123,11 @@ func (pl *GPUScore) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeI
 		return 0, fwk.AsStatus(fmt.Errorf("reading %q: %w", preScoreStateKey, err))
 	}
 	s := d.(*preScoreState)
+	if !s.req.HasGPU() {
+		if raw, ok := pl.shared.CPUOnlyScore(pl.scoring, nodeInfo, &s.req, s.wl); ok {
+			return raw, nil
+		}
+	}
 	st := pl.shared.State(nodeInfo)
 	_, raw, ok := pl.scoring.Evaluate(st, &s.req, s.wl)
 	if !ok {

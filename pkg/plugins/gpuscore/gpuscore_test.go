@@ -278,3 +278,54 @@ func TestSharedStateReleased(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// CPU-only pods are mostly scored from the node's accounting without its
+// device state; the raw scores must be the ones the device state gives.
+func TestCPUOnlyScoreWithoutDeviceState(t *testing.T) {
+	nodes := []*v1.Node{
+		st.MakeNode().Name("cpu").Capacity(map[v1.ResourceName]string{v1.ResourceCPU: "64", v1.ResourceMemory: "256Gi"}).Obj(),
+		gpuNode("roomy", "8"),
+		gpuNode("cpu-tight", "4"),
+		gpuNode("mem-tight", "4"),
+		gpuNode("busy", "4"),
+	}
+	filler := func(name, node, cpu, mem string) *v1.Pod {
+		return st.MakePod().Name(name).Namespace("default").UID(name).Node(node).
+			Req(map[v1.ResourceName]string{v1.ResourceCPU: cpu, v1.ResourceMemory: mem}).Obj()
+	}
+	pods := []*v1.Pod{
+		filler("f1", "cpu-tight", "55", "1Gi"),  // 9 CPUs left: the pod leaves 7, too few for the GPU task
+		filler("f2", "mem-tight", "1", "238Gi"), // 18Gi left: the pod leaves 14Gi, too little
+		bound("b0", "busy", "busy:0=1000,1=1000"),
+	}
+	wl := []config.WorkloadTask{{CPUMilli: 8000, MemoryMiB: 16384, GPUMilli: 1000, GPUCount: 1, Weight: 1}, {CPUMilli: 1000, Weight: 1}}
+	cpuPod := st.MakePod().Name("c").Namespace("default").UID("c").Req(map[v1.ResourceName]string{v1.ResourceCPU: "2", v1.ResourceMemory: "4Gi"}).Obj()
+	for name, args := range map[string]*config.GPUScoreArgs{
+		"fragmentation": staticArgs(gpu.Fragmentation, wl...),
+		"learned":       staticArgs(gpu.Fragmentation),
+		"best fit":      staticArgs(gpu.BestFit),
+	} {
+		t.Run(name, func(t *testing.T) {
+			tCtx := ktesting.Init(t)
+			fh, cluster := newProfile(t, args, nodes, pods)
+			cs := framework.NewCycleState()
+			if _, s, _ := fh.RunPreFilterPlugins(tCtx, cs, cpuPod); !s.IsSuccess() && !s.IsSkip() {
+				t.Fatal(s)
+			}
+			if s := fh.RunPreScorePlugins(tCtx, cs, cpuPod, cluster.Nodes()); !s.IsSuccess() {
+				t.Fatal(s)
+			}
+			r, _ := gpu.ParseRequest(cpuPod, gpu.DefaultRequestOptions)
+			for _, ni := range cluster.Nodes() {
+				scores, s := fh.RunRawScorePlugins(tCtx, cs, cpuPod, ni)
+				if !s.IsSuccess() || len(scores) != 1 {
+					t.Fatal(s, scores)
+				}
+				_, want, _ := sharedScoring(fh).Evaluate(sharedStateOf(fh, ni), &r, sharedWorkload(fh))
+				if got := scores[0].Score; got != want {
+					t.Errorf("%s: score %d, from the device state %d", ni.Node().Name, got, want)
+				}
+			}
+		})
+	}
+}

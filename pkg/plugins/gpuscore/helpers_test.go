@@ -32,6 +32,10 @@ func frameworkOptions(cluster *offline.Cluster) []frameworkruntime.Option {
 
 func sharedTracker(h fwk.Handle) *gpu.Tracker { return shared.For(h).Tracker() }
 
+func sharedScoring(h fwk.Handle) gpu.Scoring { return shared.For(h).Scoring() }
+
+func sharedWorkload(h fwk.Handle) *gpu.Workload { return shared.For(h).Workload() }
+
 func sharedStateOf(h fwk.Handle, ni fwk.NodeInfo) *gpu.NodeState { return shared.For(h).State(ni) }
 
 func createPod(t *testing.T, client clientset.Interface, pod *v1.Pod) {

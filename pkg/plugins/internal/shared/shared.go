@@ -141,6 +141,17 @@ func podsOf(nodeInfo fwk.NodeInfo) []*v1.Pod {
 	return pods
 }
 
+// CPUOnlyScore is the score of a CPU-only pod from the node's accounting
+// alone, when that decides (gpu.Scoring.CPUOnlyQuick): no device state.
+func (s *Shared) CPUOnlyScore(sc gpu.Scoring, nodeInfo fwk.NodeInfo, r *gpu.Request, wl *gpu.Workload) (int64, bool) {
+	var gpus int64
+	scalar := nodeInfo.GetAllocatable().GetScalarResources()
+	for _, name := range s.Tracker().Options().ResourceNames {
+		gpus += scalar[name]
+	}
+	return sc.CPUOnlyQuick(gpus > 0, nodeInfo.Node().Name, cpuFree(nodeInfo), memFree(nodeInfo), r, wl)
+}
+
 func cpuFree(nodeInfo fwk.NodeInfo) int64 {
 	return nodeInfo.GetAllocatable().GetMilliCPU() - nodeInfo.GetRequested().GetMilliCPU()
 }
