@@ -216,10 +216,14 @@ func (sc Scoring) fragPrimary(delta float64) int64 {
 // memFree is the memory the fragmentation fit sees: unlimited unless
 // memory-aware.
 func (sc Scoring) memFree(s *NodeState, mem int64) int64 {
+	return sc.memLeft(s.MemFree, mem)
+}
+
+func (sc Scoring) memLeft(free, mem int64) int64 {
 	if !sc.MemoryAware {
 		return math.MaxInt64
 	}
-	return s.MemFree - mem
+	return free - mem
 }
 
 func (sc Scoring) fragScore(s *NodeState, wl *Workload, c Choice, r *Request) int64 {
@@ -289,19 +293,13 @@ func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, r *Req
 // (spreading them instead cost 4.5 and 9.4 points of allocation on the
 // openb default and cpu250 replays).
 func (sc Scoring) cpuOnlyScore(p Policy, s *NodeState, r *Request, wl *Workload) int64 {
-	idle := s.Idle()
-	if s.Count == 0 {
-		return sc.key(cpuNodeTop, 0, 0)
+	if score, ok := sc.cpuOnlyQuick(p, s.Count > 0, s.Prio, s.CPUFree, s.MemFree, r, wl); ok {
+		return score
 	}
+	idle := s.Idle()
 	if p == Fragmentation {
-		cpuAfter, memAfter := s.CPUFree-r.CPU, sc.memFree(s, r.Memory)
-		if cpuAfter >= wl.maxCPU && memAfter >= wl.maxMem {
-			// Every GPU task still fits by CPU and memory: F is unchanged
-			// (the common case, and no fragmentation to compute).
-			return sc.key(sc.fragPrimary(0)-cpuNodeTop, idle, s.Prio)
-		}
 		fc := wl.cache(s, sc.MemoryAware)
-		f := wl.frag(&s.Free, s.Count, cpuAfter, memAfter, &fc.match)
+		f := wl.frag(&s.Free, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), &fc.match)
 		// Any GPU node ranks below every node without GPUs.
 		return sc.key(sc.fragPrimary(f-fc.base)-cpuNodeTop, idle, s.Prio)
 	}
@@ -310,28 +308,35 @@ func (sc Scoring) cpuOnlyScore(p Policy, s *NodeState, r *Request, wl *Workload)
 
 // CPUOnlyQuick scores a CPU-only pod from the node's own accounting
 // (whether it has GPUs, its free CPU and memory in MiB) when that decides,
-// as it usually does: on a node without GPUs, or under Fragmentation when
-// every GPU task still fits by CPU and memory. The score is the one Evaluate
-// gives; without the device state, the scheduler skips a per-node lookup.
-// ok is false when the device state is needed.
+// as it usually does. The score is the one Evaluate gives; without the
+// device state, the scheduler skips a per-node lookup. ok is false when the
+// device state is needed.
 func (sc Scoring) CPUOnlyQuick(hasGPU bool, node string, cpuFree, memFree int64, r *Request, wl *Workload) (score int64, ok bool) {
-	if r.HasGPU() || sc.LeastIdle {
+	if r.HasGPU() {
 		return 0, false
 	}
+	p := sc.Policy
+	if p == Fragmentation && wl == nil {
+		p = BestFit // as Evaluate
+	}
+	return sc.cpuOnlyQuick(p, hasGPU, nodePrio(node), cpuFree, memFree, r, wl)
+}
+
+// cpuOnlyQuick is the part of cpuOnlyScore that needs no device state: a
+// node without GPUs, or, under Fragmentation, a GPU node where every GPU
+// task still fits in the CPU and memory the pod leaves, so that F is
+// unchanged (the common case; nothing to compute).
+func (sc Scoring) cpuOnlyQuick(p Policy, hasGPU bool, prio uint16, cpuFree, memFree int64, r *Request, wl *Workload) (int64, bool) {
 	if !hasGPU {
 		return sc.key(cpuNodeTop, 0, 0), true
 	}
-	if sc.Policy != Fragmentation || wl == nil {
+	if p != Fragmentation || sc.LeastIdle { // LeastIdle needs the idle GPU
 		return 0, false
 	}
-	mem := int64(math.MaxInt64)
-	if sc.MemoryAware {
-		mem = memFree - r.Memory
-	}
-	if cpuFree-r.CPU < wl.maxCPU || mem < wl.maxMem {
+	if cpuFree-r.CPU < wl.maxCPU || sc.memLeft(memFree, r.Memory) < wl.maxMem {
 		return 0, false
 	}
-	return sc.key(sc.fragPrimary(0)-cpuNodeTop, 0, nodePrio(node)), true
+	return sc.key(sc.fragPrimary(0)-cpuNodeTop, 0, prio), true
 }
 
 // cpuNodeTop ranks nodes without GPUs above every GPU node for CPU-only pods.
