@@ -607,6 +607,41 @@ func TestCPUOnlyPodsOnGPUNodes(t *testing.T) {
 	}
 }
 
+// Among GPU nodes the CPU-only pod leaves equally fragmented, it goes to the
+// one with the least idle GPU, whatever the node order; without
+// CPUOnlyLeastIdle, the node order decides.
+func TestCPUOnlyPodsLeastIdle(t *testing.T) {
+	r := Request{CPU: 2000, Memory: 4096}
+	wl, err := NewWorkload([]Task{{CPU: 4000, Memory: 8192, Milli: 1000, Count: 1, Weight: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := func(name string, idle int32) *NodeState {
+		s := NewNodeState(name, Inventory{Count: 4}, 32000)
+		s.MemFree = 65536
+		for d := int32(0); d < 4; d++ {
+			s.Free[d] = min(max(idle-d*MilliPerGPU, 0), MilliPerGPU)
+		}
+		return s
+	}
+	order := DefaultScoring
+	order.CPUOnlyLeastIdle = false
+	for _, names := range [][2]string{{"node-a", "node-b"}, {"node-b", "node-a"}} {
+		busy, idle := node(names[0], 500), node(names[1], 3000)
+		_, sBusy, _ := DefaultScoring.Evaluate(busy, &r, wl)
+		_, sIdle, _ := DefaultScoring.Evaluate(idle, &r, wl)
+		if sBusy <= sIdle {
+			t.Errorf("busy %s scores %d, idle %s %d: want the least idle first", busy.Name, sBusy, idle.Name, sIdle)
+		}
+		_, oBusy, _ := order.Evaluate(busy, &r, wl)
+		_, oIdle, _ := order.Evaluate(idle, &r, wl)
+		if (oBusy > oIdle) != (busy.Prio > idle.Prio) {
+			t.Errorf("without CPUOnlyLeastIdle: %s scores %d (prio %d), %s %d (prio %d): want the node order",
+				busy.Name, oBusy, busy.Prio, idle.Name, oIdle, idle.Prio)
+		}
+	}
+}
+
 // The node index stays complete while nodes are added one by one (read-only
 // map plus batched merges), and forgets deleted nodes wherever they are.
 func TestTrackerNodeIndex(t *testing.T) {
@@ -654,7 +689,7 @@ func TestCPUOnlyShortcutMatchesFragmentation(t *testing.T) {
 			s.Free[d] = int32(rng.Intn(11)) * 100
 		}
 		r := Request{CPU: rng.Int63n(12000), Memory: rng.Int63n(16384)}
-		for _, sc := range []Scoring{DefaultScoring, {Policy: Fragmentation, NodePriority: true}, {Policy: BestFit, NodePriority: true}} {
+		for _, sc := range []Scoring{DefaultScoring, {Policy: Fragmentation, NodePriority: true, MemoryAware: true}, {Policy: BestFit, NodePriority: true}} {
 			_, got, _ := sc.Evaluate(s, &r, wl)
 			if q, ok := sc.CPUOnlyQuick(s.Count > 0, s.Name, s.CPUFree, s.MemFree, &r, wl); ok {
 				quick++
@@ -669,7 +704,9 @@ func TestCPUOnlyShortcutMatchesFragmentation(t *testing.T) {
 			wl.matchMask(s, &match)
 			before := wl.frag(&s.Free, s.Count, s.CPUFree, sc.memFree(s, 0), &match)
 			after := wl.frag(&s.Free, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), &match)
-			if want := sc.key(sc.fragPrimary(after-before)-cpuNodeTop, s.Idle(), s.Prio); got != want {
+			k := sc
+			k.LeastIdle = sc.CPUOnlyLeastIdle
+			if want := k.key(sc.fragPrimary(after-before)-cpuNodeTop, s.Idle(), s.Prio); got != want {
 				t.Fatalf("%+v on %+v: score %d, fragmentation says %d", r, s, got, want)
 			}
 			if s.CPUFree-r.CPU >= wl.maxCPU && sc.memFree(s, r.Memory) >= wl.maxMem {

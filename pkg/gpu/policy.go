@@ -46,6 +46,11 @@ type Scoring struct {
 	Exact bool
 	// LeastIdle breaks ties by the idle GPU left on the node (least first).
 	LeastIdle bool
+	// CPUOnlyLeastIdle breaks ties among GPU nodes for CPU-only pods by the
+	// node's idle GPU (least first), before the node order: a node whose
+	// GPUs are taken has CPU that no GPU pod will need. The other policies
+	// rank CPU-only pods by idle GPU already.
+	CPUOnlyLeastIdle bool
 	// NodePriority breaks the remaining ties by a stable per-node order.
 	// Without it the scheduler's ties fall to its heap order, which
 	// scatters equivalent placements.
@@ -56,7 +61,7 @@ type Scoring struct {
 }
 
 // DefaultScoring is Fragmentation with the measured defaults.
-var DefaultScoring = Scoring{Policy: Fragmentation, NodePriority: true, MemoryAware: true}
+var DefaultScoring = Scoring{Policy: Fragmentation, NodePriority: true, MemoryAware: true, CPUOnlyLeastIdle: true}
 
 // Reference sizes normalise CPU and GPU left-overs in BestFit, as in the
 // published method (the largest node of the openb cluster).
@@ -288,20 +293,27 @@ func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, r *Req
 // cpuOnlyScore keeps CPU-only pods off GPU nodes: the idle GPU a node has is
 // a penalty, and under Fragmentation so is the fragmentation the CPU use adds.
 // Nodes without GPUs all tie, so the other plugins (LeastRequested) spread
-// CPU pods among them. GPU nodes that tie go by the node order, as FGD does:
-// CPU pods pile onto the same few and the rest keep their CPU for GPU pods
-// (spreading them instead cost 4.5 and 9.4 points of allocation on the
-// openb default and cpu250 replays).
+// CPU pods among them. GPU nodes that tie go to the least idle GPU
+// (CPUOnlyLeastIdle), then by the node order, as FGD does: CPU pods pile
+// onto the same few and the rest keep their CPU for GPU pods (spreading them
+// instead cost 4.5 and 9.4 points of allocation on the openb default and
+// cpu250 replays).
 func (sc Scoring) cpuOnlyScore(p Policy, s *NodeState, r *Request, wl *Workload) int64 {
 	if score, ok := sc.cpuOnlyQuick(p, s.Count > 0, s.Prio, s.CPUFree, s.MemFree, r, wl); ok {
 		return score
 	}
 	idle := s.Idle()
 	if p == Fragmentation {
-		fc := wl.cache(s, sc.MemoryAware)
-		f := wl.frag(&s.Free, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), &fc.match)
+		primary := sc.fragPrimary(0)
+		if !sc.leavesRoom(s.CPUFree, s.MemFree, r, wl) {
+			fc := wl.cache(s, sc.MemoryAware)
+			f := wl.frag(&s.Free, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), &fc.match)
+			primary = sc.fragPrimary(f - fc.base)
+		}
+		k := sc
+		k.LeastIdle = sc.LeastIdle || sc.CPUOnlyLeastIdle
 		// Any GPU node ranks below every node without GPUs.
-		return sc.key(sc.fragPrimary(f-fc.base)-cpuNodeTop, idle, s.Prio)
+		return k.key(primary-cpuNodeTop, idle, s.Prio)
 	}
 	return sc.key(-idle, idle, s.Prio)
 }
@@ -330,13 +342,19 @@ func (sc Scoring) cpuOnlyQuick(p Policy, hasGPU bool, prio uint16, cpuFree, memF
 	if !hasGPU {
 		return sc.key(cpuNodeTop, 0, 0), true
 	}
-	if p != Fragmentation || sc.LeastIdle { // LeastIdle needs the idle GPU
+	if p != Fragmentation || sc.LeastIdle || sc.CPUOnlyLeastIdle { // they need the idle GPU
 		return 0, false
 	}
-	if cpuFree-r.CPU < wl.maxCPU || sc.memLeft(memFree, r.Memory) < wl.maxMem {
+	if !sc.leavesRoom(cpuFree, memFree, r, wl) {
 		return 0, false
 	}
 	return sc.key(sc.fragPrimary(0)-cpuNodeTop, 0, prio), true
+}
+
+// leavesRoom reports whether every GPU task still fits in the CPU and memory
+// the pod leaves, so that the pod does not change F.
+func (sc Scoring) leavesRoom(cpuFree, memFree int64, r *Request, wl *Workload) bool {
+	return cpuFree-r.CPU >= wl.maxCPU && sc.memLeft(memFree, r.Memory) >= wl.maxMem
 }
 
 // cpuNodeTop ranks nodes without GPUs above every GPU node for CPU-only pods.

@@ -42,15 +42,19 @@ const (
 //   - FGDPaper: FGD as published: no memory in the fit;
 //   - FGDNoPrio: no stable node order: ties fall to the scheduler's heap;
 //   - FGDExact: ranked by the exact growth, ties to the least idle node
-//     (our first design).
+//     (our first design);
+//   - FGDCPUOrder: CPU-only pods tie by the node order alone, not the
+//     least idle GPU first.
 const (
 	FGDPaper  Policy = "fgd-paper"
 	FGDNoPrio Policy = "fgd-noprio"
 	FGDExact  Policy = "fgd-exact"
+
+	FGDCPUOrder Policy = "fgd-cpuorder"
 )
 
 // Policies lists every policy, in report order; the ablations come last.
-var Policies = []Policy{Learned, FGD, BestFit, Packing, Spread, Vanilla, FGDPaper, FGDNoPrio, FGDExact}
+var Policies = []Policy{Learned, FGD, BestFit, Packing, Spread, Vanilla, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder}
 
 // Compared is the default set: the six the benchmark compares.
 var Compared = Policies[:6]
@@ -66,6 +70,8 @@ var PolicyHelp = map[Policy]string{
 	FGDPaper:  "ablation: fgd without memory in the fit (FGD as published)",
 	FGDNoPrio: "ablation: fgd without the stable node-order tie-break",
 	FGDExact:  "ablation: fgd ranked by the exact growth, least-idle tie-break, no node order",
+
+	FGDCPUOrder: "ablation: fgd with CPU-only pods on GPU nodes by the node order alone (no least-idle first)",
 }
 
 // ParsePolicy validates a policy name.
@@ -140,7 +146,7 @@ func Profile(p Policy, t *Trace) (*schedconfig.KubeSchedulerProfile, error) {
 	}
 	switch p {
 	case Learned, Vanilla:
-	case FGD, FGDPaper, FGDNoPrio, FGDExact:
+	case FGD, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder:
 		args.Policy = string(gpu.Fragmentation)
 		args.TargetWorkload.Mode = config.WorkloadStatic
 		args.TargetWorkload.Tasks = TraceTasks(t, float64(args.TargetWorkload.CoveragePercent)/100)
@@ -149,6 +155,8 @@ func Profile(p Policy, t *Trace) (*schedconfig.KubeSchedulerProfile, error) {
 			args.Scoring.MemoryAware = false
 		case FGDNoPrio:
 			args.Scoring.NodePriorityTieBreak = false
+		case FGDCPUOrder:
+			args.Scoring.CPUOnlyLeastIdleTieBreak = false
 		case FGDExact:
 			args.Scoring = config.ScoringOptions{Resolution: config.ResolutionExact, LeastIdleTieBreak: true}
 		}

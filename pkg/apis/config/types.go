@@ -74,6 +74,9 @@ type ScoringOptions struct {
 	// NodePriorityTieBreak breaks the remaining ties by a stable per-node
 	// order.
 	NodePriorityTieBreak bool
+	// CPUOnlyLeastIdleTieBreak sends a CPU-only pod, among equal GPU nodes,
+	// to the one with the least idle GPU.
+	CPUOnlyLeastIdleTieBreak bool
 	// MemoryAware counts memory in the fit of typical pods.
 	MemoryAware bool
 }

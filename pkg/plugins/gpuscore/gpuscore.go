@@ -57,6 +57,8 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		LeastIdle:    args.Scoring.LeastIdleTieBreak,
 		NodePriority: args.Scoring.NodePriorityTieBreak,
 		MemoryAware:  args.Scoring.MemoryAware,
+
+		CPUOnlyLeastIdle: args.Scoring.CPUOnlyLeastIdleTieBreak,
 	}
 	s := shared.For(h)
 	context.AfterFunc(ctx, func() { shared.Forget(h) })

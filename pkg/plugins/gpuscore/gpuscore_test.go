@@ -300,8 +300,11 @@ func TestCPUOnlyScoreWithoutDeviceState(t *testing.T) {
 	}
 	wl := []config.WorkloadTask{{CPUMilli: 8000, MemoryMiB: 16384, GPUMilli: 1000, GPUCount: 1, Weight: 1}, {CPUMilli: 1000, Weight: 1}}
 	cpuPod := st.MakePod().Name("c").Namespace("default").UID("c").Req(map[v1.ResourceName]string{v1.ResourceCPU: "2", v1.ResourceMemory: "4Gi"}).Obj()
+	nodeOrder := staticArgs(gpu.Fragmentation, wl...) // the quick path on GPU nodes
+	nodeOrder.Scoring.CPUOnlyLeastIdleTieBreak = false
 	for name, args := range map[string]*config.GPUScoreArgs{
 		"fragmentation": staticArgs(gpu.Fragmentation, wl...),
+		"node order":    nodeOrder,
 		"learned":       staticArgs(gpu.Fragmentation),
 		"best fit":      staticArgs(gpu.BestFit),
 	} {
@@ -316,6 +319,7 @@ func TestCPUOnlyScoreWithoutDeviceState(t *testing.T) {
 				t.Fatal(s)
 			}
 			r, _ := gpu.ParseRequest(cpuPod, gpu.DefaultRequestOptions)
+			raw := map[string]int64{}
 			for _, ni := range cluster.Nodes() {
 				scores, s := fh.RunRawScorePlugins(tCtx, cs, cpuPod, ni)
 				if !s.IsSuccess() || len(scores) != 1 {
@@ -325,6 +329,11 @@ func TestCPUOnlyScoreWithoutDeviceState(t *testing.T) {
 				if got := scores[0].Score; got != want {
 					t.Errorf("%s: score %d, from the device state %d", ni.Node().Name, got, want)
 				}
+				raw[ni.Node().Name] = scores[0].Score
+			}
+			// busy has 2 GPUs idle, roomy 8: both have CPU to spare.
+			if args.Scoring.CPUOnlyLeastIdleTieBreak && raw["busy"] <= raw["roomy"] {
+				t.Errorf("busy scores %d, roomy %d: want the least idle GPU node first", raw["busy"], raw["roomy"])
 			}
 		})
 	}

@@ -105,6 +105,8 @@ func Convert_v1_GPUScoreArgs_To_config_GPUScoreArgs(in *GPUScoreArgs, out *confi
 			LeastIdleTieBreak:    ptr.Deref(sc.LeastIdleTieBreak, false),
 			NodePriorityTieBreak: ptr.Deref(sc.NodePriorityTieBreak, false),
 			MemoryAware:          ptr.Deref(sc.MemoryAware, false),
+
+			CPUOnlyLeastIdleTieBreak: ptr.Deref(sc.CPUOnlyLeastIdleTieBreak, false),
 		}
 	}
 	out.TargetWorkload = config.TargetWorkload{}
@@ -127,6 +129,8 @@ func Convert_config_GPUScoreArgs_To_v1_GPUScoreArgs(in *config.GPUScoreArgs, out
 		LeastIdleTieBreak:    ptr.To(in.Scoring.LeastIdleTieBreak),
 		NodePriorityTieBreak: ptr.To(in.Scoring.NodePriorityTieBreak),
 		MemoryAware:          ptr.To(in.Scoring.MemoryAware),
+
+		CPUOnlyLeastIdleTieBreak: ptr.To(in.Scoring.CPUOnlyLeastIdleTieBreak),
 	}
 	w := in.TargetWorkload
 	out.TargetWorkload = &TargetWorkload{

@@ -38,7 +38,8 @@ func (in *GPUScoreArgs) DeepCopyObject() runtime.Object {
 	out := &GPUScoreArgs{TypeMeta: in.TypeMeta, Policy: clonePtr(in.Policy)}
 	if sc := in.Scoring; sc != nil {
 		out.Scoring = &ScoringOptions{Resolution: clonePtr(sc.Resolution), LeastIdleTieBreak: clonePtr(sc.LeastIdleTieBreak),
-			NodePriorityTieBreak: clonePtr(sc.NodePriorityTieBreak), MemoryAware: clonePtr(sc.MemoryAware)}
+			NodePriorityTieBreak: clonePtr(sc.NodePriorityTieBreak), MemoryAware: clonePtr(sc.MemoryAware),
+			CPUOnlyLeastIdleTieBreak: clonePtr(sc.CPUOnlyLeastIdleTieBreak)}
 	}
 	if w := in.TargetWorkload; w != nil {
 		out.TargetWorkload = &TargetWorkload{Mode: clonePtr(w.Mode), CoveragePercent: clonePtr(w.CoveragePercent), HalfLifePods: clonePtr(w.HalfLifePods)}

@@ -88,6 +88,9 @@ func SetDefaults_GPUScoreArgs(obj *GPUScoreArgs) {
 	if sc.MemoryAware == nil {
 		sc.MemoryAware = ptr.To(true)
 	}
+	if sc.CPUOnlyLeastIdleTieBreak == nil {
+		sc.CPUOnlyLeastIdleTieBreak = ptr.To(true)
+	}
 }
 
 // SetDefaults_LeastRequestedArgs fills LeastRequestedArgs.

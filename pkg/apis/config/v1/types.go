@@ -83,6 +83,12 @@ type ScoringOptions struct {
 	// order (a hash of the name), so equivalent placements concentrate.
 	// Default: true.
 	NodePriorityTieBreak *bool `json:"nodePriorityTieBreak,omitempty"`
+	// CPUOnlyLeastIdleTieBreak sends a CPU-only pod, among equal GPU nodes,
+	// to the one with the least idle GPU (before the node order): CPU next
+	// to GPUs already taken is CPU no GPU pod will need. Fragmentation only;
+	// the other policies rank CPU-only pods by idle GPU anyway.
+	// Default: true.
+	CPUOnlyLeastIdleTieBreak *bool `json:"cpuOnlyLeastIdleTieBreak,omitempty"`
 	// MemoryAware counts a typical pod as fitting a node only if its memory
 	// fits too. Default: true.
 	MemoryAware *bool `json:"memoryAware,omitempty"`
