@@ -2,13 +2,15 @@
 """Compare gpu-sim runs (OUT/runs/*.json) with the published FGD figures on
 the same seeds: mean allocation at 130% arrival, per workload and policy.
 
-usage: hack/openb-compare.py [--wide] [OUT] [TRACE_DIR]
+usage: hack/openb-compare.py [--wide] [--policies=P,...] [OUT] [TRACE_DIR]
   --wide: one row per workload, the policies side by side (Δ to 3 decimals)
+  --policies: only these policies
 """
 import collections, csv, glob, json, os, statistics, sys
 
-args = [a for a in sys.argv[1:] if a != "--wide"]
+args = [a for a in sys.argv[1:] if not a.startswith("--")]
 wide = "--wide" in sys.argv[1:]
+only = next((a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--policies=")), None)
 out = args[0] if len(args) > 0 else "out/openb"
 trace = args[1] if len(args) > 1 else "../shared/traces/openb"
 
@@ -20,6 +22,8 @@ for r in csv.DictReader(open(os.path.join(trace, "fgd_expected_alloc.csv"))):
 ours = collections.defaultdict(dict)  # (workload, policy) -> seed -> (value, wall s)
 for f in glob.glob(os.path.join(out, "runs", "*.json")):
     d = json.load(open(f))
+    if only and d["Policy"] not in only:
+        continue
     ours[(d["Workload"], d["Policy"])][d["Seed"]] = (d["Curve"][130], d["Wall"] / 1e9)
 
 
