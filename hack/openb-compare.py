@@ -56,10 +56,7 @@ if wide:
 print("| workload | policy | seeds | ours @130 | published FGD @130, same seeds | Δ | published FGD @130, 10 seeds | mean wall s |")
 print("|---|---|---|---|---|---|---|---|")
 for (w, p), runs in sorted(ours.items()):
-    seeds = sorted(runs)
-    mine = statistics.mean(runs[s][0] for s in seeds)
-    same = [pub[w][s] for s in seeds if s in pub[w]]
-    ref = statistics.mean(same) if len(same) == len(seeds) else float("nan")
+    seeds, mine, _, ref = row(w, runs)
     all10 = statistics.mean(pub[w].values()) if pub[w] else float("nan")
     wall = statistics.mean(runs[s][1] for s in seeds)
     print(f"| {w} | {p} | {len(seeds)} | {mine:.2f} | {ref:.2f} | {mine - ref:+.2f} | {all10:.2f} | {wall:.0f} |")

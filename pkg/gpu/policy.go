@@ -331,6 +331,9 @@ func (sc Scoring) CPUOnlyQuick(hasGPU bool, node string, cpuFree, memFree int64,
 	if p == Fragmentation && wl == nil {
 		p = BestFit // as Evaluate
 	}
+	if hasGPU && sc.needsIdle(p) { // before hashing the name
+		return 0, false
+	}
 	return sc.cpuOnlyQuick(p, hasGPU, nodePrio(node), cpuFree, memFree, r, wl)
 }
 
@@ -342,13 +345,16 @@ func (sc Scoring) cpuOnlyQuick(p Policy, hasGPU bool, prio uint16, cpuFree, memF
 	if !hasGPU {
 		return sc.key(cpuNodeTop, 0, 0), true
 	}
-	if p != Fragmentation || sc.LeastIdle || sc.CPUOnlyLeastIdle { // they need the idle GPU
-		return 0, false
-	}
-	if !sc.leavesRoom(cpuFree, memFree, r, wl) {
+	if sc.needsIdle(p) || !sc.leavesRoom(cpuFree, memFree, r, wl) {
 		return 0, false
 	}
 	return sc.key(sc.fragPrimary(0)-cpuNodeTop, 0, prio), true
+}
+
+// needsIdle reports whether a CPU-only pod's score on a GPU node depends on
+// the node's idle GPU, which only the device state knows.
+func (sc Scoring) needsIdle(p Policy) bool {
+	return p != Fragmentation || sc.LeastIdle || sc.CPUOnlyLeastIdle
 }
 
 // leavesRoom reports whether every GPU task still fits in the CPU and memory

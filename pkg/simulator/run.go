@@ -46,10 +46,9 @@ const (
 //   - FGDCPUOrder: CPU-only pods tie by the node order alone, not the
 //     least idle GPU first.
 const (
-	FGDPaper  Policy = "fgd-paper"
-	FGDNoPrio Policy = "fgd-noprio"
-	FGDExact  Policy = "fgd-exact"
-
+	FGDPaper    Policy = "fgd-paper"
+	FGDNoPrio   Policy = "fgd-noprio"
+	FGDExact    Policy = "fgd-exact"
 	FGDCPUOrder Policy = "fgd-cpuorder"
 )
 
@@ -61,16 +60,15 @@ var Compared = Policies[:6]
 
 // PolicyHelp describes the policies for --help.
 var PolicyHelp = map[Policy]string{
-	Learned:   "the shipped profile: GPUScore Fragmentation, target workload learned online",
-	FGD:       "GPUScore Fragmentation with the trace's typical pods as target (the paper's FGD)",
-	BestFit:   "GPUScore BestFit",
-	Packing:   "GPUScore Packing",
-	Spread:    "GPUScore Spread",
-	Vanilla:   "kube-scheduler v1.37.2 default profile; shared pods take whole GPUs",
-	FGDPaper:  "ablation: fgd without memory in the fit (FGD as published)",
-	FGDNoPrio: "ablation: fgd without the stable node-order tie-break",
-	FGDExact:  "ablation: fgd ranked by the exact growth, least-idle tie-break, no node order",
-
+	Learned:     "the shipped profile: GPUScore Fragmentation, target workload learned online",
+	FGD:         "GPUScore Fragmentation with the trace's typical pods as target (the paper's FGD)",
+	BestFit:     "GPUScore BestFit",
+	Packing:     "GPUScore Packing",
+	Spread:      "GPUScore Spread",
+	Vanilla:     "kube-scheduler v1.37.2 default profile; shared pods take whole GPUs",
+	FGDPaper:    "ablation: fgd without memory in the fit (FGD as published)",
+	FGDNoPrio:   "ablation: fgd without the stable node-order tie-break",
+	FGDExact:    "ablation: fgd ranked by the exact growth, least-idle tie-break, no node order",
 	FGDCPUOrder: "ablation: fgd with CPU-only pods on GPU nodes by the node order alone (no least-idle first)",
 }
 

@@ -52,12 +52,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	policy, _ := gpu.ParsePolicy(args.Policy)
 	sc := gpu.Scoring{
-		Policy:       policy,
-		Exact:        args.Scoring.Resolution == config.ResolutionExact,
-		LeastIdle:    args.Scoring.LeastIdleTieBreak,
-		NodePriority: args.Scoring.NodePriorityTieBreak,
-		MemoryAware:  args.Scoring.MemoryAware,
-
+		Policy:           policy,
+		Exact:            args.Scoring.Resolution == config.ResolutionExact,
+		LeastIdle:        args.Scoring.LeastIdleTieBreak,
+		NodePriority:     args.Scoring.NodePriorityTieBreak,
+		MemoryAware:      args.Scoring.MemoryAware,
 		CPUOnlyLeastIdle: args.Scoring.CPUOnlyLeastIdleTieBreak,
 	}
 	s := shared.For(h)

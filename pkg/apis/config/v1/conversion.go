@@ -101,11 +101,10 @@ func Convert_v1_GPUScoreArgs_To_config_GPUScoreArgs(in *GPUScoreArgs, out *confi
 	out.Scoring = config.ScoringOptions{}
 	if sc := in.Scoring; sc != nil {
 		out.Scoring = config.ScoringOptions{
-			Resolution:           ptr.Deref(sc.Resolution, ""),
-			LeastIdleTieBreak:    ptr.Deref(sc.LeastIdleTieBreak, false),
-			NodePriorityTieBreak: ptr.Deref(sc.NodePriorityTieBreak, false),
-			MemoryAware:          ptr.Deref(sc.MemoryAware, false),
-
+			Resolution:               ptr.Deref(sc.Resolution, ""),
+			LeastIdleTieBreak:        ptr.Deref(sc.LeastIdleTieBreak, false),
+			NodePriorityTieBreak:     ptr.Deref(sc.NodePriorityTieBreak, false),
+			MemoryAware:              ptr.Deref(sc.MemoryAware, false),
 			CPUOnlyLeastIdleTieBreak: ptr.Deref(sc.CPUOnlyLeastIdleTieBreak, false),
 		}
 	}
@@ -125,11 +124,10 @@ func Convert_v1_GPUScoreArgs_To_config_GPUScoreArgs(in *GPUScoreArgs, out *confi
 func Convert_config_GPUScoreArgs_To_v1_GPUScoreArgs(in *config.GPUScoreArgs, out *GPUScoreArgs) {
 	out.Policy = ptr.To(in.Policy)
 	out.Scoring = &ScoringOptions{
-		Resolution:           ptr.To(in.Scoring.Resolution),
-		LeastIdleTieBreak:    ptr.To(in.Scoring.LeastIdleTieBreak),
-		NodePriorityTieBreak: ptr.To(in.Scoring.NodePriorityTieBreak),
-		MemoryAware:          ptr.To(in.Scoring.MemoryAware),
-
+		Resolution:               ptr.To(in.Scoring.Resolution),
+		LeastIdleTieBreak:        ptr.To(in.Scoring.LeastIdleTieBreak),
+		NodePriorityTieBreak:     ptr.To(in.Scoring.NodePriorityTieBreak),
+		MemoryAware:              ptr.To(in.Scoring.MemoryAware),
 		CPUOnlyLeastIdleTieBreak: ptr.To(in.Scoring.CPUOnlyLeastIdleTieBreak),
 	}
 	w := in.TargetWorkload
