@@ -25,9 +25,11 @@ const (
 	// the index and the milli-GPU taken. It alone rebuilds device accounting.
 	// Format: "<node>:<index>=<milli>[,<index>=<milli>...]".
 	AnnotationAssignment = Prefix + "assignment"
-	// AnnotationPendingReason is the scheduler's current explanation of why a
-	// GPU pod is still pending (maintained by the requeue reconciler).
-	AnnotationPendingReason = Prefix + "pending-reason"
+	// ConditionPending is the pod condition (status True while the pod is
+	// pending) whose message is the scheduler's current explanation of why a
+	// GPU pod is still pending, kept by the requeue reconciler through
+	// pods/status, which the scheduler may write anyway.
+	ConditionPending = Prefix + "PendingReason"
 
 	// KAI-style aliases.
 	AnnotationKAIFraction           = "gpu-fraction"
@@ -50,6 +52,19 @@ const (
 // MilliPerGPU is the capacity of one device in milli-GPU.
 const MilliPerGPU = 1000
 
-// MaxDevices is the largest number of devices per node that we track.
-// Devices beyond it are ignored (and logged by the adapters).
-const MaxDevices = 32
+// MaxDevices is the largest number of devices per node that we track: MIG's
+// single strategy reports 56 on an 8-GPU node (7 slices each). A node that
+// reports more is refused for GPU pods (TooManyDevices), never cut silently.
+const MaxDevices = 64
+
+// Bounds on numbers read from pods and nodes. Each is far beyond real
+// hardware and keeps every product in the accounting inside int64.
+const (
+	// MaxGPUMemoryMiB is the largest GPU memory per device, in a request or
+	// a node label: 1 TiB.
+	MaxGPUMemoryMiB = 1 << 20
+	// maxCPUMilli and maxMemoryMiB cap a pod's CPU and memory requests as
+	// the fragmentation arithmetic sees them (about 10^9 cores, 1 EiB).
+	maxCPUMilli  = 1 << 40
+	maxMemoryMiB = 1 << 40
+)

@@ -1,6 +1,8 @@
 package gpu
 
 import (
+	"cmp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -27,28 +29,37 @@ var DefaultNodeOptions = NodeOptions{
 type Inventory struct {
 	Count     int32
 	Unhealthy int32
+	// Reported is the allocatable device count as the node reports it. A
+	// node reporting more than MaxDevices is refused for GPU pods (Count is
+	// then 0; see TooMany), never cut to a part of its devices.
+	Reported  int64
 	Model     string
 	ModelFold string
 	MemoryMiB int64
 }
 
+// TooMany reports whether the node has more devices than we track.
+func (inv *Inventory) TooMany() bool { return inv.Reported > MaxDevices }
+
 // ReadInventory reads a node's devices from its allocatable and GFD labels.
 func ReadInventory(node *v1.Node, opts NodeOptions) Inventory {
 	var inv Inventory
-	var capacity int64
-	var alloc int64
+	var capacity, alloc int64
 	for _, name := range opts.ResourceNames {
-		if q, ok := node.Status.Allocatable[name]; ok {
-			alloc += q.Value()
+		if q, ok := node.Status.Allocatable[name]; ok && q.Sign() > 0 {
+			alloc = addSat(alloc, min(q.Value(), maxQuantity))
 		}
-		if q, ok := node.Status.Capacity[name]; ok {
-			capacity += q.Value()
+		if q, ok := node.Status.Capacity[name]; ok && q.Sign() > 0 {
+			capacity = addSat(capacity, min(q.Value(), maxQuantity))
 		}
 	}
 	if capacity > alloc {
-		inv.Unhealthy = int32(min(capacity-alloc, MaxDevices))
+		inv.Unhealthy = int32(min(capacity-alloc, 1<<30))
 	}
-	inv.Count = int32(max(0, min(alloc, MaxDevices)))
+	inv.Reported = alloc
+	if alloc <= MaxDevices {
+		inv.Count = int32(alloc)
+	}
 	inv.Model = node.Labels[opts.ProductLabel]
 	inv.ModelFold = strings.ToUpper(inv.Model)
 	inv.MemoryMiB = parseGPUMemoryLabel(node.Labels[opts.MemoryLabel])
@@ -68,12 +79,15 @@ func parseGPUMemoryLabel(v string) int64 {
 	if n >= 1<<20 {
 		n >>= 20
 	}
+	if n > MaxGPUMemoryMiB {
+		return 0 // not a real device: treated as not reported
+	}
 	return n
 }
 
 // Choice is a set of devices on one node, each taking Milli milli-GPU.
 type Choice struct {
-	Mask  uint32
+	Mask  uint64
 	Milli int32
 }
 
@@ -148,8 +162,8 @@ func ParseAssignment(v string) (Assignment, error) {
 			return invalid("each device must be <index>=<milli>")
 		}
 		idx, err := strconv.Atoi(part[:eq])
-		if err != nil || idx < 0 || idx >= 64 || part[:eq] != strconv.Itoa(idx) {
-			return invalid("device index must be an integer from 0 to 63")
+		if err != nil || idx < 0 || idx >= MaxDevices || part[:eq] != strconv.Itoa(idx) {
+			return invalid("device index must be an integer from 0 to " + strconv.Itoa(MaxDevices-1))
 		}
 		if seen&(1<<uint(idx)) != 0 {
 			return invalid("device " + strconv.Itoa(idx) + " is listed twice")
@@ -162,6 +176,22 @@ func ParseAssignment(v string) (Assignment, error) {
 		a.Shares = append(a.Shares, Share{Index: idx, Milli: int32(m)})
 	}
 	return a, nil
+}
+
+// agrees reports whether the assignment is what a request taking devices
+// devices of milli each holds on a node with count devices. Only then does
+// it say which devices the pod holds; an assignment anyone could have
+// written is a record of our decision, never a source of capacity.
+func (a *Assignment) agrees(devices, milli, count int32) bool {
+	if int32(len(a.Shares)) != devices {
+		return false
+	}
+	for _, sh := range a.Shares {
+		if sh.Milli != milli || sh.Index >= int(count) {
+			return false
+		}
+	}
+	return true
 }
 
 // Outcome is the verdict of Fit. Each non-fitting outcome has one constant
@@ -177,11 +207,16 @@ const (
 	TooFewDevices
 	TooFewFreeDevices
 	NoDeviceWithShare
+	// TooManyDevices: the node reports more devices than MaxDevices.
+	TooManyDevices
+	// Overcommitted: the pods bound to the node hold more than its devices
+	// have. It takes no GPU pod until what is bound fits again.
+	Overcommitted
 )
 
 // Unresolvable reports whether removing pods from the node could never help.
 func (o Outcome) Unresolvable() bool {
-	return o != Fits && o != TooFewFreeDevices && o != NoDeviceWithShare
+	return o != Fits && o != TooFewFreeDevices && o != NoDeviceWithShare && o != Overcommitted
 }
 
 // NodeState is a node's inventory and the milli-GPU left on each device, after
@@ -198,8 +233,9 @@ type NodeState struct {
 	// the last tie-break, so that equivalent nodes are always taken in the
 	// same order and placements concentrate instead of scattering.
 	Prio uint16
-	// Overcommitted is true when the pods on the node claim more of some
-	// device than it has (an outside actor, or a device that went away).
+	// Overcommitted is true when the pods on the node hold more than its
+	// devices have: another binder placed a pod we counted no room for, the
+	// allocatable shrank under running pods, or assignments collide.
 	Overcommitted bool
 
 	key  stateKey
@@ -250,10 +286,12 @@ func (s *NodeState) FullyFree() int32 {
 	return n
 }
 
-// take subtracts a share; devices beyond the inventory are unhealthy or gone
-// and need no accounting.
+// take subtracts a share. Taking more than is left marks the node
+// overcommitted; the device then has nothing left, whatever the order of the
+// takes (the result depends on the sum only).
 func (s *NodeState) take(idx int, milli int32) {
 	if idx < 0 || idx >= int(s.Count) {
+		s.Overcommitted = true
 		return
 	}
 	s.Free[idx] -= milli
@@ -265,7 +303,7 @@ func (s *NodeState) take(idx int, milli int32) {
 
 // TakeChoice applies a choice.
 func (s *NodeState) TakeChoice(c Choice) {
-	for i := 0; i < int(s.Count); i++ {
+	for i := 0; i < MaxDevices; i++ {
 		if c.Mask&(1<<uint(i)) != 0 {
 			s.take(i, c.Milli)
 		}
@@ -279,19 +317,76 @@ func (s *NodeState) TakeAssignment(a Assignment) {
 	}
 }
 
-// takeUnknown accounts for a GPU pod that carries no assignment (bound by
-// someone else): we cannot know its devices, so we take the highest-indexed
-// ones that have room, keeping the low indices, which our own choices prefer,
-// consistent.
-func (s *NodeState) takeUnknown(devices int32, milli int32) {
-	for i := int(s.Count) - 1; i >= 0 && devices > 0; i-- {
-		if s.Free[i] >= milli {
-			s.take(i, milli)
-			devices--
+// held is a pod whose devices are not known (no agreeing assignment, no
+// reservation): what its request takes, to be laid down on the devices left.
+type held struct {
+	devices, milli int32
+	// order makes the layout independent of the order pods are listed in.
+	order string
+	// at is the pod's index in an explanation, or -1.
+	at int
+	// fits is set by layDown.
+	fits bool
+}
+
+// layDown places the pods whose devices are unknown on what the known ones
+// left, independently of the order they come in: largest first (whole GPUs
+// by count, then shares by size), each share on the tightest device that
+// fits it, whole GPUs on free devices from the highest index (our own
+// choices start from the lowest). One that fits nowhere marks the node
+// overcommitted and still takes what is left: conservative both ways.
+func (s *NodeState) layDown(hs []held) {
+	slices.SortFunc(hs, func(a, b held) int {
+		if a.milli != b.milli {
+			return cmp.Compare(b.milli, a.milli)
 		}
-	}
-	if devices > 0 {
-		s.Overcommitted = true
+		if a.devices != b.devices {
+			return cmp.Compare(b.devices, a.devices)
+		}
+		return strings.Compare(a.order, b.order)
+	})
+	for i := range hs {
+		h := &hs[i]
+		h.fits = true
+		if h.milli >= MilliPerGPU || h.devices > 1 {
+			need := h.devices
+			for d := int(s.Count) - 1; d >= 0 && need > 0; d-- {
+				if s.Free[d] == MilliPerGPU {
+					s.Free[d] = 0
+					need--
+				}
+			}
+			if need > 0 {
+				h.fits = false
+				for d := int(s.Count) - 1; d >= 0 && need > 0; d-- {
+					if s.Free[d] > 0 {
+						s.Free[d] = 0
+						need--
+					}
+				}
+			}
+		} else {
+			best := -1
+			for d := int(s.Count) - 1; d >= 0; d-- {
+				if s.Free[d] >= h.milli && (best < 0 || s.Free[d] < s.Free[best]) {
+					best = d
+				}
+			}
+			if best < 0 {
+				h.fits = false
+				for d := int(s.Count) - 1; d >= 0; d-- {
+					if best < 0 || s.Free[d] > s.Free[best] {
+						best = d
+					}
+				}
+			}
+			if best >= 0 {
+				s.Free[best] = max(s.Free[best]-h.milli, 0)
+			}
+		}
+		if !h.fits {
+			s.Overcommitted = true
+		}
 	}
 }
 
@@ -301,21 +396,24 @@ func (s *NodeState) Fit(r *Request) (Outcome, int32, int32) {
 	if !r.HasGPU() {
 		return Fits, 0, 0
 	}
+	if s.TooMany() {
+		return TooManyDevices, 0, 0
+	}
 	if s.Count == 0 {
 		return NoGPU, 0, 0
 	}
 	if !r.Models.Empty() && !r.Models.Matches(s.Model, s.ModelFold) {
 		return ModelNotAllowed, 0, 0
 	}
-	devices, milli, ok := r.PerDevice(s.MemoryMiB)
-	if !ok {
-		return MemoryUnknown, 0, 0
-	}
-	if milli > MilliPerGPU {
-		return ShareTooLarge, 0, 0
+	devices, milli, out := r.PerDevice(s.MemoryMiB)
+	if out != Fits {
+		return out, 0, 0
 	}
 	if devices > s.Count {
 		return TooFewDevices, 0, 0
+	}
+	if s.Overcommitted {
+		return Overcommitted, devices, milli
 	}
 	var n int32
 	for i := int32(0); i < s.Count; i++ {

@@ -32,12 +32,15 @@ func TestReadInventory(t *testing.T) {
 	}{
 		"gfd labels": {node(
 			"n", 8, 8, map[string]string{LabelGPUProduct: "NVIDIA-A100-SXM4-80GB", LabelGPUMemory: "81920"}),
-			Inventory{Count: 8, Model: "NVIDIA-A100-SXM4-80GB", ModelFold: "NVIDIA-A100-SXM4-80GB", MemoryMiB: 81920}},
-		"unhealthy devices":  {node("n", 6, 8, nil), Inventory{Count: 6, Unhealthy: 2}},
-		"memory in bytes":    {node("n", 1, 1, map[string]string{LabelGPUMemory: "85899345920"}), Inventory{Count: 1, MemoryMiB: 81920}},
-		"memory not numeric": {node("n", 1, 1, map[string]string{LabelGPUMemory: "80G"}), Inventory{Count: 1}},
+			Inventory{Count: 8, Reported: 8, Model: "NVIDIA-A100-SXM4-80GB", ModelFold: "NVIDIA-A100-SXM4-80GB", MemoryMiB: 81920}},
+		"unhealthy devices":  {node("n", 6, 8, nil), Inventory{Count: 6, Reported: 6, Unhealthy: 2}},
+		"memory in bytes":    {node("n", 1, 1, map[string]string{LabelGPUMemory: "85899345920"}), Inventory{Count: 1, Reported: 1, MemoryMiB: 81920}},
+		"memory not numeric": {node("n", 1, 1, map[string]string{LabelGPUMemory: "80G"}), Inventory{Count: 1, Reported: 1}},
+		"memory absurd":      {node("n", 1, 1, map[string]string{LabelGPUMemory: "9223372036854775807"}), Inventory{Count: 1, Reported: 1}},
 		"no gpu":             {&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu"}}, Inventory{}},
-		"too many":           {node("n", 100, 100, nil), Inventory{Count: MaxDevices}},
+		"mig single, 8x7":    {node("n", 56, 56, nil), Inventory{Count: 56, Reported: 56}},
+		// More than we track: refused, never cut to the first 64.
+		"too many": {node("n", 100, 100, nil), Inventory{Reported: 100}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 	"math"
+	"math/bits"
 )
 
 // Policy is how a node and its devices are chosen among those that fit.
@@ -366,11 +367,4 @@ func (sc Scoring) leavesRoom(cpuFree, memFree int64, r *Request, wl *Workload) b
 // cpuNodeTop ranks nodes without GPUs above every GPU node for CPU-only pods.
 const cpuNodeTop = 1 << 24
 
-func popcount(x uint32) int {
-	n := 0
-	for x != 0 {
-		x &= x - 1
-		n++
-	}
-	return n
-}
+func popcount(x uint64) int { return bits.OnesCount64(x) }

@@ -30,26 +30,32 @@ func (r *Request) HasGPU() bool { return r.Count > 0 || r.Milli > 0 || r.MemoryM
 func (r *Request) Shared() bool { return r.Milli > 0 || r.MemoryMiB > 0 }
 
 // PerDevice returns how many devices the request takes on a node and how much
-// of each, given the node's per-device memory. ok is false when a memory
-// request meets a node that does not report its GPU memory.
-func (r *Request) PerDevice(nodeMemoryMiB int64) (devices int32, milli int32, ok bool) {
+// of each, given the node's per-device memory. out is MemoryUnknown when a
+// memory request meets a node that does not report its GPU memory, and
+// ShareTooLarge when it asks for more than a device has; otherwise Fits, with
+// 1 <= milli <= 1000 for every GPU request. Every operand is bounded (a
+// request's memory and a node's by MaxGPUMemoryMiB), so nothing overflows,
+// whatever the input.
+func (r *Request) PerDevice(nodeMemoryMiB int64) (devices int32, milli int32, out Outcome) {
 	switch {
 	case r.Count > 0:
-		return r.Count, MilliPerGPU, true
+		return r.Count, MilliPerGPU, Fits
 	case r.Milli > 0:
-		return 1, r.Milli, true
+		if r.Milli > MilliPerGPU {
+			return 1, 0, ShareTooLarge
+		}
+		return 1, r.Milli, Fits
 	case r.MemoryMiB > 0:
-		if nodeMemoryMiB <= 0 {
-			return 1, 0, false
+		if nodeMemoryMiB <= 0 || nodeMemoryMiB > MaxGPUMemoryMiB {
+			return 1, 0, MemoryUnknown
 		}
-		m := (r.MemoryMiB*MilliPerGPU + nodeMemoryMiB - 1) / nodeMemoryMiB
-		if m > MilliPerGPU {
-			// Larger than a device: report it as such, Fit rejects it.
-			m = MilliPerGPU + 1
+		if r.MemoryMiB > nodeMemoryMiB {
+			return 1, 0, ShareTooLarge
 		}
-		return 1, int32(m), true
+		// Both at most 2^20 MiB: the product is below 2^30.
+		return 1, int32((r.MemoryMiB*MilliPerGPU + nodeMemoryMiB - 1) / nodeMemoryMiB), Fits
 	}
-	return 0, 0, true
+	return 0, 0, Fits
 }
 
 // TotalMilli is the request in milli-GPU where it does not depend on the node.
@@ -175,20 +181,18 @@ var sharedKeys = [...]string{AnnotationMilli, AnnotationKAIFraction, AnnotationM
 // *InvalidError; it is never ignored.
 func ParseRequest(pod *v1.Pod, opts RequestOptions) (Request, error) {
 	var r Request
-	r.CPU = podRequest(pod, v1.ResourceCPU, true)
-	r.Memory = podRequest(pod, v1.ResourceMemory, true) >> 20
+	r.CPU = min(podRequest(pod, v1.ResourceCPU, true), maxCPUMilli)
+	r.Memory = min(podRequest(pod, v1.ResourceMemory, true)>>20, maxMemoryMiB)
 	var whole int64
 	var wholeName v1.ResourceName
 	for _, name := range opts.ResourceNames {
 		if n := podRequest(pod, name, false); n > 0 {
-			whole += n
+			whole = addSat(whole, n)
 			wholeName = name
 		}
 	}
-	if whole > MaxDevices {
-		whole = MaxDevices + 1 // cannot fit anywhere; Fit says why
-	}
-	r.Count = int32(whole)
+	// More than any node tracks fits nowhere (TooFewDevices says why).
+	r.Count = int32(min(whole, MaxDevices+1))
 
 	a := pod.Annotations
 	shared := ""
@@ -295,17 +299,22 @@ func parseFraction(key, v string) (int32, error) {
 	return m, nil
 }
 
+// maxMemoryQuantity is MaxGPUMemoryMiB as a quantity.
+var maxMemoryQuantity = *resource.NewQuantity(MaxGPUMemoryMiB<<20, resource.BinarySI)
+
 func parseMemoryMiB(key, v string) (int64, error) {
+	invalid := &InvalidError{Key: key, Value: v, Rule: "must be a positive amount of GPU memory per device, in MiB up to " +
+		strconv.Itoa(MaxGPUMemoryMiB) + " (1 TiB) or a quantity such as 8Gi"}
 	s := strings.TrimSpace(v)
 	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-		if n < 1 {
-			return 0, &InvalidError{Key: key, Value: v, Rule: "must be a positive amount of GPU memory in MiB, or a quantity such as 8Gi"}
+		if n < 1 || n > MaxGPUMemoryMiB {
+			return 0, invalid
 		}
 		return n, nil
 	}
 	q, err := resource.ParseQuantity(s)
-	if err != nil || q.Sign() <= 0 {
-		return 0, &InvalidError{Key: key, Value: v, Rule: "must be a positive amount of GPU memory in MiB, or a quantity such as 8Gi"}
+	if err != nil || q.Sign() <= 0 || q.Cmp(maxMemoryQuantity) > 0 {
+		return 0, invalid
 	}
 	const mib = 1 << 20
 	return (q.Value() + mib - 1) / mib, nil
@@ -331,9 +340,18 @@ func splitList(v, seps string, fold bool) []string {
 func WholeGPUs(pod *v1.Pod, opts RequestOptions) int64 {
 	var n int64
 	for _, name := range opts.ResourceNames {
-		n += podRequest(pod, name, false)
+		n = addSat(n, podRequest(pod, name, false))
 	}
 	return n
+}
+
+// maxQuantity bounds every resource value read from a pod, so that sums
+// over containers stay inside int64 (addSat saturates there).
+const maxQuantity = 1 << 60
+
+// addSat adds two values in [0, maxQuantity], saturating at maxQuantity.
+func addSat(a, b int64) int64 {
+	return min(a+b, maxQuantity)
 }
 
 // podRequest is the effective request of one resource, as the scheduler
@@ -343,37 +361,42 @@ func WholeGPUs(pod *v1.Pod, opts RequestOptions) int64 {
 func podRequest(pod *v1.Pod, name v1.ResourceName, withPodLevel bool) int64 {
 	value := func(l v1.ResourceList) int64 {
 		q, ok := l[name]
-		if !ok {
+		if !ok || q.Sign() <= 0 {
 			return 0
 		}
+		var v int64
 		if name == v1.ResourceCPU {
-			return q.MilliValue()
+			v = q.MilliValue()
+		} else {
+			v = q.Value()
 		}
-		return q.Value()
+		// Huge quantities saturate (or wrap) in MilliValue; clamp them.
+		if v < 0 || v > maxQuantity {
+			return maxQuantity
+		}
+		return v
 	}
 	if withPodLevel && pod.Spec.Resources != nil {
 		if _, ok := pod.Spec.Resources.Requests[name]; ok {
-			return value(pod.Spec.Resources.Requests) + value(pod.Spec.Overhead)
+			return addSat(value(pod.Spec.Resources.Requests), value(pod.Spec.Overhead))
 		}
 	}
 	var sum, sidecars, initMax int64
 	for i := range pod.Spec.Containers {
-		sum += value(pod.Spec.Containers[i].Resources.Requests)
+		sum = addSat(sum, value(pod.Spec.Containers[i].Resources.Requests))
 	}
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		v := value(c.Resources.Requests)
 		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
-			sidecars += v
+			sidecars = addSat(sidecars, v)
 			continue
 		}
-		if v+sidecars > initMax {
-			initMax = v + sidecars
-		}
+		initMax = max(initMax, addSat(v, sidecars))
 	}
-	total := max(sum+sidecars, initMax)
+	total := max(addSat(sum, sidecars), initMax)
 	if withPodLevel {
-		total += value(pod.Spec.Overhead)
+		total = addSat(total, value(pod.Spec.Overhead))
 	}
 	return total
 }

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -142,22 +143,58 @@ func TestPerDevice(t *testing.T) {
 		nodeMem     int64
 		wantDevices int32
 		wantMilli   int32
-		wantOK      bool
+		want        Outcome
 	}{
-		{Request{Count: 4}, 0, 4, 1000, true},
-		{Request{Milli: 300}, 0, 1, 300, true},
-		{Request{MemoryMiB: 20480}, 81920, 1, 250, true},
-		{Request{MemoryMiB: 1}, 81920, 1, 1, true},        // rounds up
-		{Request{MemoryMiB: 81920}, 81920, 1, 1000, true}, // the whole device
-		{Request{MemoryMiB: 81921}, 81920, 1, 1001, true}, // larger than a device
-		{Request{MemoryMiB: 100}, 0, 1, 0, false},         // memory unknown
-		{Request{}, 0, 0, 0, true},
+		{Request{Count: 4}, 0, 4, 1000, Fits},
+		{Request{Milli: 300}, 0, 1, 300, Fits},
+		{Request{MemoryMiB: 20480}, 81920, 1, 250, Fits},
+		{Request{MemoryMiB: 1}, 81920, 1, 1, Fits},        // rounds up
+		{Request{MemoryMiB: 81920}, 81920, 1, 1000, Fits}, // the whole device
+		{Request{MemoryMiB: 81921}, 81920, 1, 0, ShareTooLarge},
+		{Request{MemoryMiB: 100}, 0, 1, 0, MemoryUnknown},
+		{Request{}, 0, 0, 0, Fits},
+		// Input that used to overflow: 10^16 MiB * 1000 wrapped negative
+		// and fitted a full node; MaxInt64 gave 0 milli and was free.
+		{Request{MemoryMiB: 10000000000000000}, 81920, 1, 0, ShareTooLarge},
+		{Request{MemoryMiB: math.MaxInt64}, 81920, 1, 0, ShareTooLarge},
+		{Request{MemoryMiB: 8192}, math.MaxInt64, 1, 0, MemoryUnknown},
+		{Request{Milli: 5000}, 0, 1, 0, ShareTooLarge},
 	}
 	for _, tc := range tests {
-		d, m, ok := tc.req.PerDevice(tc.nodeMem)
-		if d != tc.wantDevices || m != tc.wantMilli || ok != tc.wantOK {
-			t.Errorf("%+v on %d MiB: want (%d,%d,%v), got (%d,%d,%v)", tc.req, tc.nodeMem, tc.wantDevices, tc.wantMilli, tc.wantOK, d, m, ok)
+		d, m, out := tc.req.PerDevice(tc.nodeMem)
+		if d != tc.wantDevices || m != tc.wantMilli || out != tc.want {
+			t.Errorf("%+v on %d MiB: want (%d,%d,%v), got (%d,%d,%v)", tc.req, tc.nodeMem, tc.wantDevices, tc.wantMilli, tc.want, d, m, out)
 		}
+	}
+}
+
+// The annotation values that overflowed before are refused with their range.
+func TestParseRequestBounds(t *testing.T) {
+	for _, v := range []string{"10000000000000000", "9223372036854775807", "1048577", "2Ti", "1e30", "100Ei"} {
+		_, err := ParseRequest(pod(map[string]string{AnnotationMemory: v}, 0, ""), DefaultRequestOptions)
+		var inv *InvalidError
+		if !errors.As(err, &inv) || !strings.Contains(inv.Rule, "1048576") {
+			t.Errorf("gpu-memory=%q: want an invalid-annotation error naming the range, got %v", v, err)
+		}
+	}
+	for _, v := range []string{"1048576", "1Ti", "80Gi"} {
+		if _, err := ParseRequest(pod(map[string]string{AnnotationMemory: v}, 0, ""), DefaultRequestOptions); err != nil {
+			t.Errorf("gpu-memory=%q: %v", v, err)
+		}
+	}
+	// Huge resource quantities saturate instead of wrapping.
+	p := pod(nil, 0, "")
+	p.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("1e30")
+	p.Spec.Containers[0].Resources.Requests[v1.ResourceMemory] = resource.MustParse("100Ei")
+	p.Spec.Containers = append(p.Spec.Containers, p.Spec.Containers[0])
+	p.Spec.Containers[1].Resources.Requests = v1.ResourceList{ResourceNvidiaGPU: resource.MustParse("9223372036854775807"),
+		v1.ResourceCPU: resource.MustParse("9223372036854775807")}
+	r, err := ParseRequest(p, DefaultRequestOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.CPU <= 0 || r.CPU > maxCPUMilli || r.Memory <= 0 || r.Memory > maxMemoryMiB || r.Count != MaxDevices+1 {
+		t.Errorf("not saturated: %+v", r)
 	}
 }
 
@@ -184,8 +221,11 @@ func TestModelSelector(t *testing.T) {
 	}
 }
 
-// FuzzParseRequest: any annotation values either parse into a sane request or
-// give an *InvalidError; never a panic, never an out-of-range value.
+// FuzzParseRequest: any annotation values and GPU quantity either parse into
+// a sane request or give an *InvalidError; never a panic, never an
+// out-of-range value. On any node (any memory label), a valid GPU request
+// either does not fit the node's devices by size, or takes 1-1000 milli on
+// each of 1..MaxDevices+1 devices.
 func FuzzParseRequest(f *testing.F) {
 	for _, seed := range [][6]string{
 		{"500", "", "", "", "", ""},
@@ -194,11 +234,17 @@ func FuzzParseRequest(f *testing.F) {
 		{"", "0.5", "", "1", "", "a100,h100"},
 		{"999", "", "", "", "", ""},
 		{"1e3", "NaN", "-0", "0x10", "|", ","},
+		{"", "", "10000000000000000", "", "", ""},
+		{"", "", "9223372036854775807", "", "", ""},
+		{"", "", "1048576", "", "", ""},
 	} {
-		f.Add(seed[0], seed[1], seed[2], seed[3], seed[4], seed[5], int64(0))
-		f.Add(seed[0], seed[1], seed[2], seed[3], seed[4], seed[5], int64(2))
+		for _, gpus := range []string{"", "2", "9223372036854775807", "1e30"} {
+			for _, mem := range []string{"", "81920", "85899345920", "9223372036854775807", "1"} {
+				f.Add(seed[0], seed[1], seed[2], seed[3], seed[4], seed[5], gpus, mem)
+			}
+		}
 	}
-	f.Fuzz(func(t *testing.T, milli, fraction, memory, numDevices, model, hami string, gpus int64) {
+	f.Fuzz(func(t *testing.T, milli, fraction, memory, numDevices, model, hami, gpus, nodeMem string) {
 		ann := map[string]string{}
 		for k, v := range map[string]string{AnnotationMilli: milli, AnnotationKAIFraction: fraction, AnnotationMemory: memory,
 			AnnotationKAIFractionNumDevices: numDevices, AnnotationModel: model, AnnotationHAMiUseType: hami} {
@@ -206,10 +252,11 @@ func FuzzParseRequest(f *testing.F) {
 				ann[k] = v
 			}
 		}
-		if gpus < 0 || gpus > 64 {
-			gpus = 1
+		p := pod(ann, 0, "1")
+		if q, err := resource.ParseQuantity(gpus); err == nil {
+			p.Spec.Containers[0].Resources.Requests[ResourceNvidiaGPU] = q
+			p.Spec.Containers[0].Resources.Limits[ResourceNvidiaGPU] = q
 		}
-		p := pod(ann, gpus, "1")
 		r, err := ParseRequest(p, DefaultRequestOptions)
 		if err == nil && r.HasGPU() && !UsesGPU(p, DefaultRequestOptions) {
 			// The tracker would skip a pod that holds a device.
@@ -222,7 +269,8 @@ func FuzzParseRequest(f *testing.F) {
 			}
 			return
 		}
-		if r.Milli < 0 || r.Milli >= MilliPerGPU || r.MemoryMiB < 0 || r.Count < 0 {
+		if r.Milli < 0 || r.Milli >= MilliPerGPU || r.MemoryMiB < 0 || r.MemoryMiB > MaxGPUMemoryMiB ||
+			r.Count < 0 || r.Count > MaxDevices+1 || r.CPU < 0 || r.CPU > maxCPUMilli || r.Memory < 0 {
 			t.Fatalf("out of range: %+v", r)
 		}
 		if r.Shared() && r.Count > 0 {
@@ -230,6 +278,23 @@ func FuzzParseRequest(f *testing.F) {
 		}
 		if (r.Milli > 0) && (r.MemoryMiB > 0) {
 			t.Fatalf("two shared dialects at once: %+v", r)
+		}
+		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{LabelGPUMemory: nodeMem}},
+			Status: v1.NodeStatus{Allocatable: v1.ResourceList{ResourceNvidiaGPU: resource.MustParse("8")}}}
+		inv := ReadInventory(n, DefaultNodeOptions)
+		if inv.MemoryMiB < 0 || inv.MemoryMiB > MaxGPUMemoryMiB {
+			t.Fatalf("node memory %q read as %d MiB", nodeMem, inv.MemoryMiB)
+		}
+		devices, m, out := r.PerDevice(inv.MemoryMiB)
+		if r.HasGPU() && out == Fits && (devices < 1 || devices > MaxDevices+1 || m < 1 || m > MilliPerGPU) {
+			t.Fatalf("%+v on %d MiB takes %d devices of %d milli", r, inv.MemoryMiB, devices, m)
+		}
+		st := NewNodeState("n", inv, 0)
+		if o, _, _ := st.Fit(&r); o == Fits && r.HasGPU() {
+			c, _, ok := DefaultScoring.Evaluate(st, &r, nil)
+			if !ok || popcount(c.Mask) != int(devices) || c.Milli != m {
+				t.Fatalf("%+v fits but Evaluate chose %+v (ok %v)", r, c, ok)
+			}
 		}
 	})
 }

@@ -1,7 +1,9 @@
 package gpu
 
 import (
+	"math/bits"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,10 +12,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// Tracker derives each node's device usage from the pods bound to it (their
-// assignment annotations) plus the reservations this process holds for pods
-// it has chosen a node for but whose annotation it has not yet seen. Nothing
-// in it is durable: after a restart the pods alone rebuild it.
+// Tracker derives each node's device usage from the pods bound to it plus the
+// reservations this process holds for pods it has chosen a node for but whose
+// assignment it has not yet seen. Every GPU pod on a node counts, whoever
+// placed it, by what its request takes: on the devices its assignment names
+// when that agrees with the request, laid down on what is left otherwise.
+// Nothing in it is durable: after a restart the pods alone rebuild it. One
+// tracker serves every profile of a process.
 //
 // Built states are cached per node and invalidated by the node's generation
 // (any change to the node or its pods) or by a reservation change, so the
@@ -21,9 +26,10 @@ import (
 type Tracker struct {
 	opts    NodeOptions
 	reqOpts RequestOptions
-	// alive reports whether a reservation's pod still exists (and is not
-	// bound to another node); nil means always.
-	alive atomic.Pointer[func(types.UID, Reservation) bool]
+	// alive reports whether a reservation's pod still exists and is not
+	// bound to another node; nil means always.
+	alive atomic.Pointer[func(uid types.UID, node string, r Reservation) bool]
+	seq   atomic.Uint64
 
 	// slots is a read-only map for the per-node hot path, read without a
 	// lock (a plain map reads faster than a sync.Map). New nodes go to
@@ -54,6 +60,9 @@ type Reservation struct {
 	Choice          Choice
 	// Since is when it was made.
 	Since time.Time
+	// Seq identifies this reservation among the pod's successive ones
+	// (set by Reserve), so that a late release drops only its own.
+	Seq uint64
 }
 
 // NewTracker reads nodes and pods with the given options.
@@ -66,9 +75,10 @@ func NewTracker(opts NodeOptions) *Tracker {
 	return t
 }
 
-// SetAlive tells the tracker how to check that a reserved pod still exists,
-// for reservations whose pod is not in the node's view.
-func (t *Tracker) SetAlive(f func(types.UID, Reservation) bool) { t.alive.Store(&f) }
+// SetAlive tells the tracker how to check that a reserved pod still exists
+// (and is not bound to another node), for reservations whose pod is not in
+// the node's view.
+func (t *Tracker) SetAlive(f func(uid types.UID, node string, r Reservation) bool) { t.alive.Store(&f) }
 
 // Options returns what the tracker reads.
 func (t *Tracker) Options() NodeOptions { return t.opts }
@@ -150,10 +160,71 @@ func (t *Tracker) Build(node *v1.Node, generation int64, pods []*v1.Pod, cpuFree
 //
 // pods is the scheduler's snapshot of the node (snapshot), or the informer's
 // (not). A reservation counts while its pod is in that view without an
-// assignment, or exists unbound elsewhere (in flight). It is retired when the
-// snapshot shows the pod with its assignment (never from the informer's view,
-// which runs ahead of the snapshot), or when the pod is gone.
+// agreeing assignment, or exists unbound elsewhere (in flight). It is retired
+// when the snapshot shows the pod with its assignment (never from the
+// informer's view, which runs ahead of the snapshot), or when the pod is gone.
 func (t *Tracker) Compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64, exclude types.UID, snapshot bool) *NodeState {
+	return t.compute(node, pods, cpuFree, memFree, exclude, snapshot, nil)
+}
+
+// Holding is how one pod is counted on a node (Explain).
+type Holding struct {
+	Namespace, Name string
+	UID             types.UID
+	// Devices and Milli are what the pod's request takes here.
+	Devices, Milli int32
+	// Source says where its devices come from: HoldAssignment,
+	// HoldReservation or HoldRequest (laid down on what was left).
+	Source string
+	// Ignored says why the pod's assignment annotation did not count.
+	Ignored string
+	// Fits is false when the pod could not be laid down: it is what
+	// overcommits the node.
+	Fits bool
+}
+
+// Where a holding's devices come from.
+const (
+	HoldAssignment  = "assignment"
+	HoldReservation = "reservation"
+	HoldRequest     = "request"
+)
+
+// Explain lists how each GPU pod on the node is counted, and the state that
+// results (for the overcommit report and tools; it allocates).
+func (t *Tracker) Explain(node *v1.Node, pods []*v1.Pod) ([]Holding, *NodeState) {
+	var hs []Holding
+	st := t.compute(node, pods, 0, 0, "", false, &hs)
+	return hs, st
+}
+
+// Holds returns what a bound pod holds on a node with the given devices:
+// the devices and milli of each its request takes, and its assignment when
+// that agrees. ok is false for a pod that holds no device. An invalid
+// request (which we never placed) holds its whole GPUs; a share that cannot
+// be sized on this node (memory unknown, or larger than a device) holds a
+// whole device.
+func Holds(pod *v1.Pod, node string, inv *Inventory, opts RequestOptions) (devices, milli int32, a Assignment, agrees bool, ok bool) {
+	req, err := ParseRequest(pod, opts)
+	if err != nil {
+		req = Request{Count: int32(min(WholeGPUs(pod, opts), MaxDevices+1))}
+	}
+	if !req.HasGPU() {
+		return 0, 0, Assignment{}, false, false
+	}
+	devices, milli, out := req.PerDevice(inv.MemoryMiB)
+	if out != Fits {
+		devices, milli = 1, MilliPerGPU
+	}
+	if v, has := pod.Annotations[AnnotationAssignment]; has {
+		if pa, err := ParseAssignment(v); err == nil && pa.Node == node && pa.agrees(devices, milli, inv.Count) {
+			return devices, milli, pa, true, true
+		}
+	}
+	return devices, milli, Assignment{}, false, true
+}
+
+func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64, exclude types.UID, snapshot bool, explain *[]Holding) *NodeState {
 	s := t.slot(node.Name, true)
 	var done []types.UID
 	defer func() {
@@ -171,53 +242,84 @@ func (t *Tracker) Compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 	if len(s.reservations) > 0 {
 		handled = make(map[types.UID]bool, len(s.reservations))
 	}
-	var unknown []Request
+	var loose []held
+	note := func(pod *v1.Pod, devices, milli int32, source, ignored string) int {
+		if explain == nil {
+			return -1
+		}
+		*explain = append(*explain, Holding{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
+			Devices: devices, Milli: milli, Source: source, Ignored: ignored, Fits: true})
+		return len(*explain) - 1
+	}
 	for _, pod := range pods {
 		if exclude != "" && pod.UID == exclude {
 			continue
 		}
-		if a, ok := assignmentFor(pod, node.Name); ok {
+		if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+			continue
+		}
+		r, reserved := s.reservations[pod.UID]
+		// A pod that asks for no device holds none, whatever its
+		// annotations say: a forged assignment on a CPU pod counts nothing.
+		if !reserved && !UsesGPU(pod, t.reqOpts) {
+			continue
+		}
+		devices, milli, a, agrees, ok := Holds(pod, node.Name, &st.Inventory, t.reqOpts)
+		if agrees {
 			st.TakeAssignment(a)
-			if _, reserved := s.reservations[pod.UID]; reserved {
+			note(pod, devices, milli, HoldAssignment, "")
+			if reserved {
 				handled[pod.UID] = true
 				if snapshot {
-					// The scheduler sees the annotation: the reservation
-					// has done its job.
+					// The scheduler sees the assignment: the
+					// reservation has done its job.
 					delete(s.reservations, pod.UID)
 					done = append(done, pod.UID)
 				}
 			}
 			continue
 		}
-		if r, ok := s.reservations[pod.UID]; ok {
+		if reserved {
 			st.TakeChoice(r.Choice)
 			handled[pod.UID] = true
+			note(pod, int32(bits.OnesCount64(r.Choice.Mask)), r.Choice.Milli, HoldReservation, "")
 			continue
 		}
-		if !UsesGPU(pod, t.reqOpts) {
+		if !ok {
 			continue
 		}
-		if req, err := ParseRequest(pod, t.reqOpts); err == nil && req.HasGPU() {
-			unknown = append(unknown, req)
+		ignored := ""
+		if v, has := pod.Annotations[AnnotationAssignment]; has {
+			ignored = "assignment " + strconv.Quote(v) + " does not match the pod's request and node"
 		}
+		at := note(pod, devices, milli, HoldRequest, ignored)
+		loose = append(loose, held{devices: devices, milli: milli, order: pod.Namespace + "/" + pod.Name + "/" + string(pod.UID), at: at})
 	}
 	alive := t.alive.Load()
 	for uid, r := range s.reservations {
 		if handled[uid] || uid == exclude {
 			continue
 		}
-		if alive != nil && !(*alive)(uid, r) {
-			// The pod is gone: the reservation is stale.
+		if alive != nil && !(*alive)(uid, node.Name, r) {
+			// The pod is gone, or bound elsewhere: the reservation is stale.
 			delete(s.reservations, uid)
 			done = append(done, uid)
 			continue
 		}
 		st.TakeChoice(r.Choice)
+		if explain != nil {
+			*explain = append(*explain, Holding{Namespace: r.Namespace, Name: r.Name, UID: uid,
+				Devices: int32(bits.OnesCount64(r.Choice.Mask)), Milli: r.Choice.Milli, Source: HoldReservation, Fits: true})
+		}
 	}
-	for i := range unknown {
-		devices, milli, ok := unknown[i].PerDevice(st.MemoryMiB)
-		if ok {
-			st.takeUnknown(devices, min(milli, MilliPerGPU))
+	if len(loose) > 0 {
+		st.layDown(loose)
+		if explain != nil {
+			for i := range loose {
+				if loose[i].at >= 0 {
+					(*explain)[loose[i].at].Fits = loose[i].fits
+				}
+			}
 		}
 	}
 	return st
@@ -241,28 +343,22 @@ func (t *Tracker) dropUID(uid types.UID) {
 	t.mu.Unlock()
 }
 
-// assignmentFor returns the pod's assignment if it is valid and for this node.
-func assignmentFor(pod *v1.Pod, node string) (Assignment, bool) {
+// HasAssignment reports whether a pod carries a valid assignment for the node
+// (well-formed and naming the node; whether it agrees with the pod's request
+// is for Holds to say).
+func HasAssignment(pod *v1.Pod, node string) bool {
 	v, ok := pod.Annotations[AnnotationAssignment]
 	if !ok {
-		return Assignment{}, false
+		return false
 	}
 	a, err := ParseAssignment(v)
-	if err != nil || a.Node != node {
-		return Assignment{}, false
-	}
-	return a, true
-}
-
-// HasAssignment reports whether a pod carries a valid assignment for the node.
-func HasAssignment(pod *v1.Pod, node string) bool {
-	_, ok := assignmentFor(pod, node)
-	return ok
+	return err == nil && a.Node == node
 }
 
 // Reserve records an in-flight choice. Reserving the same pod again replaces
-// the earlier choice, wherever it was.
-func (t *Tracker) Reserve(node string, uid types.UID, r Reservation) {
+// the earlier choice, wherever it was. It returns the reservation's Seq.
+func (t *Tracker) Reserve(node string, uid types.UID, r Reservation) uint64 {
+	r.Seq = t.seq.Add(1)
 	t.mu.Lock()
 	prev, had := t.byUID[uid]
 	t.byUID[uid] = node
@@ -275,6 +371,33 @@ func (t *Tracker) Reserve(node string, uid types.UID, r Reservation) {
 	s.reservations[uid] = r
 	s.version.Add(1)
 	s.mu.Unlock()
+	return r.Seq
+}
+
+// UnreserveIf drops a pod's reservation only if it is still the one with
+// the given Seq: a release decided about an earlier reservation must not
+// drop the pod's newer one.
+func (t *Tracker) UnreserveIf(uid types.UID, seq uint64) bool {
+	node, r, ok := t.Reserved(uid)
+	if !ok || r.Seq != seq {
+		return false
+	}
+	s := t.slot(node, false)
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	cur, ok := s.reservations[uid]
+	if ok && cur.Seq == seq {
+		delete(s.reservations, uid)
+		s.version.Add(1)
+	}
+	s.mu.Unlock()
+	if ok && cur.Seq == seq {
+		t.dropUID(uid)
+		return true
+	}
+	return false
 }
 
 // Unreserve drops a pod's reservation. It is idempotent.
@@ -320,6 +443,13 @@ func (t *Tracker) Reserved(uid types.UID) (string, Reservation, bool) {
 	defer s.mu.Unlock()
 	r, ok := s.reservations[uid]
 	return node, r, ok
+}
+
+// ReservationCount is how many pods have an in-flight reservation.
+func (t *Tracker) ReservationCount() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.byUID)
 }
 
 // ReservationEntry is one reservation, for reconcilers and metrics.

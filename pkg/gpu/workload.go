@@ -39,6 +39,16 @@ func TaskOf(r *Request) (Task, bool) {
 // fixed bound keeps the per-node model mask in the cache entry itself.
 const MaxTasks = 128
 
+// maxLearnerKeys bounds the kinds of pod a Learner counts: beyond it, the
+// lightest half is dropped (they weigh least in the target, and old ones have
+// decayed). Pods choose their own model strings, so without a bound a flood
+// of distinct ones would grow it without end.
+const maxLearnerKeys = 1024
+
+// maxLearnedModels bounds the model selector a learned task keeps, in bytes
+// of its String(): a longer one (no real GPU needs it) is learned without it.
+const maxLearnedModels = 256
+
 // MaxLearnedTasks bounds a learned workload. The tail beyond the most common
 // 64 kinds of pod weighs little in F and would only make scoring slower.
 const MaxLearnedTasks = 64
@@ -245,9 +255,16 @@ func (l *Learner) Observe(uid string, r *Request) {
 	}
 	// CPU requests vary finely in a live cluster; bucketed, pods that differ
 	// by a few percent of CPU are one kind, with their mean CPU.
-	k := taskKey{cpu: cpuBucket(t.CPU), milli: t.Milli, count: t.Count, models: t.Models.String()}
+	models := t.Models.String()
+	if len(models) > maxLearnedModels {
+		t.Models, models = ModelSelector{}, ""
+	}
+	k := taskKey{cpu: cpuBucket(t.CPU), milli: t.Milli, count: t.Count, models: models}
 	e := l.counts[k]
 	if e == nil {
+		if len(l.counts) >= maxLearnerKeys {
+			l.prune()
+		}
 		e = &learned{task: t}
 		l.counts[k] = e
 	}
@@ -275,6 +292,29 @@ func (l *Learner) Observe(uid string, r *Request) {
 		l.rebuild()
 		l.pending = 0
 	}
+}
+
+// prune keeps the heavier half of the kinds counted. Their total stays as
+// it was: the dropped weight was the tail the coverage cut leaves out.
+func (l *Learner) prune() {
+	ws := make([]float64, 0, len(l.counts))
+	for _, e := range l.counts {
+		ws = append(ws, e.weight)
+	}
+	sort.Float64s(ws)
+	cut := ws[len(ws)/2]
+	for k, e := range l.counts {
+		if e.weight < cut || (e.weight == cut && len(l.counts) > maxLearnerKeys/2) {
+			delete(l.counts, k)
+		}
+	}
+}
+
+// Kinds is how many kinds of pod the learner counts (tests, metrics).
+func (l *Learner) Kinds() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.counts)
 }
 
 func (l *Learner) rebuild() {

@@ -32,7 +32,7 @@ var (
 	})
 	reasonWrites = metrics.NewCounter(&metrics.CounterOpts{
 		Subsystem: "gpu_scheduler", Name: "pending_reason_writes_total", StabilityLevel: metrics.ALPHA,
-		Help: "Writes of the gpu-scheduler.io/pending-reason annotation (only when it changes).",
+		Help: "Writes of the gpu-scheduler.io/PendingReason pod condition (only when it changes).",
 	})
 	staleReservations = metrics.NewCounter(&metrics.CounterOpts{
 		Subsystem: "gpu_scheduler", Name: "stale_reservations_dropped_total", StabilityLevel: metrics.ALPHA,

@@ -153,12 +153,15 @@ func (r *Reconciler) onPod(old, obj interface{}) {
 		r.enqueue(p)
 		return
 	}
-	if _, stale := p.Annotations[gpu.AnnotationPendingReason]; stale && p.Spec.NodeName != "" {
+	if _, stale := PendingCondition(p); stale && p.Spec.NodeName != "" {
 		r.enqueue(p) // bound: its reason goes
 	}
-	// A bound pod whose assignment went away freed its devices.
+	// A bound GPU pod whose assignment changed may have freed devices (an
+	// assignment on a pod that asks for no GPU holds nothing, and changing
+	// it frees nothing).
 	if o, ok := old.(*v1.Pod); ok && o.Spec.NodeName != "" &&
-		o.Annotations[gpu.AnnotationAssignment] != p.Annotations[gpu.AnnotationAssignment] && !fault.DropFreedGPU() {
+		o.Annotations[gpu.AnnotationAssignment] != p.Annotations[gpu.AnnotationAssignment] &&
+		gpu.UsesGPU(p, r.reqOpts) && !fault.DropFreedGPU() {
 		r.markDirty()
 	}
 }
@@ -310,8 +313,8 @@ func (r *Reconciler) reconcile(ctx context.Context, key string) error {
 	pod := obj.(*v1.Pod)
 	since, ok := r.pending(pod)
 	if !ok {
-		if _, stale := pod.Annotations[gpu.AnnotationPendingReason]; stale && pod.Spec.NodeName != "" && r.active() {
-			// The binding cannot remove an annotation: the reason of a pod
+		if _, stale := PendingCondition(pod); stale && pod.Spec.NodeName != "" && r.active() {
+			// The binding cannot change the status: the reason of a pod
 			// that was pending goes here.
 			reconciles.WithLabelValues("cleared").Inc()
 			return r.clearReason(ctx, pod)
@@ -332,7 +335,7 @@ func (r *Reconciler) reconcile(ctx context.Context, key string) error {
 	req, perr := gpu.ParseRequest(pod, r.reqOpts)
 	if perr != nil {
 		reconciles.WithLabelValues("explained").Inc()
-		return r.explain(ctx, pod, perr.Error())
+		return r.explain(ctx, pod, ReasonInvalidRequest, perr.Error())
 	}
 	if !req.HasGPU() {
 		reconciles.WithLabelValues("skipped").Inc()
@@ -361,13 +364,32 @@ func (r *Reconciler) reconcile(ctx context.Context, key string) error {
 		return nil
 	}
 	reconciles.WithLabelValues("pending").Inc()
-	return r.explain(ctx, pod, vd.message)
+	return r.explain(ctx, pod, ReasonUnschedulable, vd.message)
 }
 
+// PendingCondition returns the pod's pending-reason condition, if it has one.
+func PendingCondition(p *v1.Pod) (*v1.PodCondition, bool) {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == gpu.ConditionPending {
+			return &p.Status.Conditions[i], true
+		}
+	}
+	return nil, false
+}
+
+// Reasons of the pending-reason condition.
+const (
+	ReasonUnschedulable  = "Unschedulable"
+	ReasonInvalidRequest = "InvalidRequest"
+)
+
 // explain keeps the pending reason current: written only when it changed, so
-// a quiet cluster causes no writes.
-func (r *Reconciler) explain(ctx context.Context, pod *v1.Pod, msg string) error {
-	if !r.cfg.Explain || pod.Annotations[gpu.AnnotationPendingReason] == msg {
+// a quiet cluster causes no writes. It is a pod condition, written through
+// pods/status, which the scheduler may patch anyway: no right to change a
+// pod's spec, labels or annotations is needed.
+func (r *Reconciler) explain(ctx context.Context, pod *v1.Pod, reason, msg string) error {
+	cur, had := PendingCondition(pod)
+	if !r.cfg.Explain || (had && cur.Message == msg && cur.Reason == reason && cur.Status == v1.ConditionTrue) {
 		return nil
 	}
 	key := pod.Namespace + "/" + pod.Name
@@ -379,16 +401,23 @@ func (r *Reconciler) explain(ctx context.Context, pod *v1.Pod, msg string) error
 		r.queue.AddAfter(key, wait)
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"annotations":     map[string]string{gpu.AnnotationPendingReason: msg},
-		"resourceVersion": pod.ResourceVersion, // only over the state we judged
-	}})
+	since := metav1.Now()
+	if had && cur.Status == v1.ConditionTrue {
+		since = cur.LastTransitionTime
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": pod.ResourceVersion}, // only over the state we judged
+		"status": map[string]any{"conditions": []any{map[string]any{
+			"type": gpu.ConditionPending, "status": v1.ConditionTrue, "reason": reason, "message": msg,
+			"lastTransitionTime": since,
+		}}},
+	})
 	if err != nil {
 		return err
 	}
-	_, err = r.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1PatchOptions)
+	_, err = r.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1PatchOptions, "status")
 	if err != nil {
-		return fmt.Errorf("writing %s: %w", gpu.AnnotationPendingReason, err)
+		return fmt.Errorf("writing the %s condition: %w", gpu.ConditionPending, err)
 	}
 	reasonWrites.Inc()
 	r.mu.Lock()
@@ -401,14 +430,14 @@ func (r *Reconciler) explain(ctx context.Context, pod *v1.Pod, msg string) error
 }
 
 func (r *Reconciler) clearReason(ctx context.Context, pod *v1.Pod) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"annotations": map[string]any{gpu.AnnotationPendingReason: nil}}})
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []any{
+		map[string]any{"type": gpu.ConditionPending, "$patch": "delete"}}}})
 	if err != nil {
 		return err
 	}
-	_, err = r.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1PatchOptions)
+	_, err = r.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1PatchOptions, "status")
 	if err != nil {
-		return fmt.Errorf("removing %s: %w", gpu.AnnotationPendingReason, err)
+		return fmt.Errorf("removing the %s condition: %w", gpu.ConditionPending, err)
 	}
 	return nil
 }

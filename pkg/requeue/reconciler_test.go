@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu/gputest"
 )
 
 // state is the GPU accounting as the plugins keep it: a tracker over the
@@ -96,8 +97,7 @@ func gpuNode(name string, gpus int64, model string) *v1.Node {
 }
 
 func boundPod(name, node, assignment string) *v1.Pod {
-	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(name),
-		Annotations: map[string]string{gpu.AnnotationAssignment: assignment}}, Spec: v1.PodSpec{NodeName: node}}
+	return gputest.BoundPod("ns", name, node, assignment)
 }
 
 func pendingPod(name string, ann map[string]string, gpus int64) *v1.Pod {
@@ -160,7 +160,7 @@ func TestActivatesWhenANodeFits(t *testing.T) {
 func TestExplainsAndWritesOnlyOnChange(t *testing.T) {
 	e := newEnv(t)
 	e.add(t, gpuNode("n1", 2, "T4"), gpuNode("n2", 1, "T4"),
-		boundPod("a", "n1", "n1:0=600,1=700"), boundPod("b", "n2", "n2:0=900"),
+		boundPod("a", "n1", "n1:0=600"), boundPod("a2", "n1", "n1:1=700"), boundPod("b", "n2", "n2:0=900"),
 		pendingPod("p", map[string]string{gpu.AnnotationMilli: "500"}, 0))
 	if err := e.reconcile(t, "p"); err != nil {
 		t.Fatal(err)
@@ -171,7 +171,15 @@ func TestExplainsAndWritesOnlyOnChange(t *testing.T) {
 		t.Fatalf("want one write of %q, got %v (activations %v)", want, ps, e.act.got)
 	}
 	// The informer now shows the reason: nothing changed, nothing is written.
-	p := pendingPod("p", map[string]string{gpu.AnnotationMilli: "500", gpu.AnnotationPendingReason: want}, 0)
+	if !strings.Contains(ps[0], `"type":"gpu-scheduler.io/PendingReason"`) {
+		t.Errorf("the reason is a pod condition: %s", ps[0])
+	}
+	if a := e.client.Actions()[len(e.client.Actions())-1]; a.GetSubresource() != "status" {
+		t.Errorf("the reason goes through pods/status, got subresource %q", a.GetSubresource())
+	}
+	p := pendingPod("p", map[string]string{gpu.AnnotationMilli: "500"}, 0)
+	p.Status.Conditions = append(p.Status.Conditions, v1.PodCondition{Type: gpu.ConditionPending, Status: v1.ConditionTrue,
+		Reason: ReasonUnschedulable, Message: want})
 	e.pods.Update(p)
 	if err := e.reconcile(t, "p"); err != nil {
 		t.Fatal(err)
@@ -198,7 +206,7 @@ func TestMessages(t *testing.T) {
 		want string
 	}{
 		"whole GPUs": {[]runtime.Object{gpuNode("n1", 4, "A100"), gpuNode("n2", 8, "A100"),
-			boundPod("a", "n1", "n1:0=1000"), boundPod("b", "n2", "n2:0=1000,1=1000,2=1000,3=1000,4=1000,5=500")},
+			boundPod("a", "n1", "n1:0=1000"), boundPod("b", "n2", "n2:0=1000,1=1000,2=1000,3=1000,4=1000"), boundPod("b2", "n2", "n2:5=500")},
 			pendingPod("p", nil, 4), "needs 4 free GPUs on one node; most free on any node: 3 (n1)"},
 		"model": {[]runtime.Object{gpuNode("n1", 4, "T4"), gpuNode("n2", 4, "T4"), gpuNode("n3", 4, "A100"),
 			boundPod("a", "n3", "n3:0=1000,1=1000,2=1000,3=1000")},

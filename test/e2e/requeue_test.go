@@ -9,18 +9,19 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	"k8s.io/utils/ptr"
 
 	ourv1 "github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
-	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/requeue"
 	"github.com/gpu-scheduler/gpu-scheduler/test/harness"
 )
 
-// A pending GPU pod carries a specific, current reason; once it binds, the
-// reason is gone (removed in the same write as the assignment).
+// A pending GPU pod carries a specific, current reason in a pod condition;
+// once it binds, the condition is gone.
 func TestPendingReason(t *testing.T) {
 	s := cluster.NewScope(t)
 	s.AddNodes(fleet.Node{Name: "t4", CPU: "16", Memory: "64Gi", GPUs: 2, Model: "Tesla-T4", MemoryMiB: 15360})
@@ -31,7 +32,7 @@ func TestPendingReason(t *testing.T) {
 	want := "no node has a GPU with 500 milli free (closest: " + s.Node("t4") + " gpu"
 	var got string
 	err := wait.PollUntilContextTimeout(s.Ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		got = s.Get("p").Annotations[gpu.AnnotationPendingReason]
+		got = pendingReason(s.Get("p"))
 		return strings.Contains(got, want), nil
 	})
 	if err != nil {
@@ -41,13 +42,20 @@ func TestPendingReason(t *testing.T) {
 	s.WaitBound(bindTimeout, "p")
 	// The reason goes once the pod is bound (the reconciler removes it).
 	err = wait.PollUntilContextTimeout(s.Ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		_, ok := s.Get("p").Annotations[gpu.AnnotationPendingReason]
+		_, ok := requeue.PendingCondition(s.Get("p"))
 		return !ok, nil
 	})
 	if err != nil {
-		t.Errorf("a bound pod keeps its pending reason %q", s.Get("p").Annotations[gpu.AnnotationPendingReason])
+		t.Errorf("a bound pod keeps its pending reason %q", pendingReason(s.Get("p")))
 	}
 	checkDevices(t)
+}
+
+func pendingReason(p *v1.Pod) string {
+	if c, ok := requeue.PendingCondition(p); ok {
+		return c.Message
+	}
+	return ""
 }
 
 // With the wake-up for a freed GPU dropped (a fault switch only in the

@@ -6,11 +6,13 @@ package gpufit
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,6 +25,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/validation"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/overcommit"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/internal/shared"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/requeue"
 )
@@ -41,6 +44,8 @@ const (
 	ErrReasonTooFewDevices  = "node(s) had fewer GPUs than requested"
 	ErrReasonTooFewFree     = "node(s) had too few free GPUs"
 	ErrReasonNoDeviceShare  = "node(s) had no single GPU with enough free milli-GPU"
+	ErrReasonTooManyDevices = "node(s) had more than 64 GPUs (more than gpu-scheduler tracks)"
+	ErrReasonOvercommitted  = "node(s) had GPUs overcommitted by the pods bound to them"
 	ErrReasonDevicesChanged = "node's free GPUs changed during scheduling"
 )
 
@@ -52,6 +57,8 @@ var reasons = map[gpu.Outcome]string{
 	gpu.TooFewDevices:     ErrReasonTooFewDevices,
 	gpu.TooFewFreeDevices: ErrReasonTooFewFree,
 	gpu.NoDeviceWithShare: ErrReasonNoDeviceShare,
+	gpu.TooManyDevices:    ErrReasonTooManyDevices,
+	gpu.Overcommitted:     ErrReasonOvercommitted,
 }
 
 // Reason returns the constant Filter reason of an outcome.
@@ -68,7 +75,15 @@ type GPUFit struct {
 	// standbys too, but only the leader runs cycles (and a leader that loses
 	// the lease exits), so it tells the requeue reconciler it may act.
 	scheduling atomic.Bool
+	// ctx lives as long as the plugin: release checks run under it.
+	ctx context.Context
+	// inFlight is how long a bind whose outcome is unknown may still land on
+	// the server: the API server's default request timeout, plus margin.
+	inFlight time.Duration
 }
+
+// bindInFlight is GPUFit.inFlight's default.
+const bindInFlight = 65 * time.Second
 
 var (
 	_ fwk.PreFilterPlugin   = &GPUFit{}
@@ -95,18 +110,32 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	s := shared.For(h)
 	context.AfterFunc(ctx, func() { shared.Forget(h) })
-	s.Configure(opts)
+	if err := s.Configure(opts); err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
 	pl := &GPUFit{
-		handle:  h,
-		shared:  s,
-		args:    args,
-		reqOpts: gpu.RequestOptions{ResourceNames: opts.ResourceNames},
-		hints:   args.Requeue.QueueingHints,
+		handle:   h,
+		shared:   s,
+		args:     args,
+		reqOpts:  gpu.RequestOptions{ResourceNames: opts.ResourceNames},
+		hints:    args.Requeue.QueueingHints,
+		ctx:      ctx,
+		inFlight: bindInFlight,
 	}
 	if f := h.SharedInformerFactory(); f != nil {
 		pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
-		if err := pl.watch(pods, nodes); err != nil {
-			return nil, err
+		// One accounting per process: its handlers and monitor run once,
+		// whichever profile comes first.
+		if s.Once("watch") {
+			if err := pl.watch(pods, nodes); err != nil {
+				return nil, err
+			}
+			resync := time.Duration(args.Requeue.ResyncPeriodSeconds) * time.Second
+			mon, err := overcommit.New(s, pods, nodes, h.EventRecorder(), pl.scheduling.Load, pl.reqOpts, resync)
+			if err != nil {
+				return nil, err
+			}
+			go mon.Run(ctx)
 		}
 		if r := args.Requeue; r.Enabled && h.ClientSet() != nil {
 			rec, err := requeue.New(requeue.Config{
@@ -244,6 +273,19 @@ func (pl *GPUFit) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 type reserveState struct {
 	node   string
 	choice gpu.Choice
+	seq    uint64
+	// bind is set once a write that binds the pod has started: the pod may
+	// be bound even if the cycle fails, so Unreserve checks before it
+	// releases the devices.
+	bind atomic.Pointer[bindAttempt]
+}
+
+// bindAttempt is what a failed cycle knows of its bind.
+type bindAttempt struct {
+	// notBound is true when the server answered that it did not bind, and
+	// a read afterwards showed the pod unbound: nothing can still land.
+	notBound bool
+	at       time.Time
 }
 
 func (r *reserveState) Clone() fwk.StateData { return r }
@@ -267,15 +309,136 @@ func (pl *GPUFit) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	if !ok {
 		return fwk.NewStatus(fwk.Unschedulable, ErrReasonDevicesChanged)
 	}
-	pl.shared.Tracker().Reserve(nodeName, pod.UID, gpu.Reservation{Namespace: pod.Namespace, Name: pod.Name, Choice: choice, Since: time.Now()})
-	cs.Write(reserveStateKey, &reserveState{node: nodeName, choice: choice})
+	seq := pl.shared.Tracker().Reserve(nodeName, pod.UID, gpu.Reservation{Namespace: pod.Namespace, Name: pod.Name, Choice: choice, Since: time.Now()})
+	cs.Write(reserveStateKey, &reserveState{node: nodeName, choice: choice, seq: seq})
 	klog.FromContext(ctx).V(4).Info("reserved GPUs", "pod", klog.KObj(pod), "node", nodeName, "devices", choice.Devices(), "milli", choice.Milli)
 	return nil
 }
 
-// Unreserve releases the pod's devices. It is idempotent.
-func (pl *GPUFit) Unreserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ string) {
-	pl.shared.Tracker().Unreserve(pod.UID)
+func readReserve(cs fwk.CycleState) *reserveState {
+	if cs == nil {
+		return nil
+	}
+	d, err := cs.Read(reserveStateKey)
+	if err != nil {
+		return nil
+	}
+	rs, _ := d.(*reserveState)
+	return rs
+}
+
+// Unreserve releases the pod's devices, unless a bind that may have landed
+// on the server was attempted: then they stay held until a read shows the
+// pod unbound (and no request can still be in flight), bound elsewhere, or
+// gone; a pod bound here keeps them until its assignment is seen. Releasing
+// on a client-side error alone would free devices the pod holds. It is
+// idempotent.
+func (pl *GPUFit) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ string) {
+	rs := readReserve(cs)
+	if rs == nil {
+		return // this cycle reserved nothing
+	}
+	if b := rs.bind.Load(); b != nil && !b.notBound {
+		klog.FromContext(ctx).V(2).Info("bind failed but may have landed: keeping the GPUs until the pod is seen", "pod", klog.KObj(pod), "node", rs.node)
+		go pl.verifyRelease(pod, rs.node, rs.seq, b.at)
+		return
+	}
+	pl.shared.Tracker().UnreserveIf(pod.UID, rs.seq)
+}
+
+// verifyRelease reads the pod from the API server until it knows whether the
+// failed bind landed, and releases the reservation only if it did not.
+func (pl *GPUFit) verifyRelease(pod *v1.Pod, node string, seq uint64, at time.Time) {
+	logger := klog.FromContext(pl.ctx).WithValues("pod", klog.KObj(pod), "node", node)
+	tr := pl.shared.Tracker()
+	client := pl.handle.ClientSet()
+	backoff := 100 * time.Millisecond
+	for {
+		if _, r, ok := tr.Reserved(pod.UID); !ok || r.Seq != seq {
+			return // replaced by a later cycle, or retired
+		}
+		var p *v1.Pod
+		var err error
+		if client == nil {
+			err = fmt.Errorf("no client")
+		} else {
+			ctx, cancel := context.WithTimeout(pl.ctx, 10*time.Second)
+			p, err = client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+			cancel()
+		}
+		switch {
+		case apierrors.IsNotFound(err) || (err == nil && p.UID != pod.UID):
+			tr.UnreserveIf(pod.UID, seq)
+			logger.V(2).Info("released the GPUs of a failed bind: the pod is gone")
+			return
+		case err == nil && p.Spec.NodeName == node:
+			// Bound here after all: the assignment came with the binding
+			// and retires the reservation once the scheduler sees it.
+			logger.V(2).Info("a bind reported as failed had landed: the GPUs stay held")
+			return
+		case err == nil && p.Spec.NodeName != "":
+			tr.UnreserveIf(pod.UID, seq)
+			logger.V(2).Info("released the GPUs of a failed bind: the pod is bound elsewhere", "boundTo", p.Spec.NodeName)
+			return
+		case err == nil && time.Since(at) > pl.inFlight:
+			tr.UnreserveIf(pod.UID, seq)
+			logger.V(2).Info("released the GPUs of a failed bind: the pod is unbound and no request can still land")
+			return
+		}
+		wait := backoff
+		if err == nil {
+			wait = min(backoff, time.Until(at.Add(pl.inFlight))+time.Millisecond)
+		} else {
+			logger.V(3).Info("cannot read the pod to release its GPUs yet", "err", err)
+		}
+		select {
+		case <-pl.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+// bindFailed records what a failed bind leaves behind: if the server may
+// have applied it, the pod is read back. A pod bound to the node means the
+// bind worked: the caller reports success. Otherwise the attempt is kept for
+// Unreserve.
+func (pl *GPUFit) bindFailed(ctx context.Context, rs *reserveState, pod *v1.Pod, nodeName string, bindErr error) (bound bool) {
+	var p *v1.Pod
+	var err error
+	if client := pl.handle.ClientSet(); client != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		p, err = client.CoreV1().Pods(pod.Namespace).Get(rctx, pod.Name, metav1.GetOptions{})
+		cancel()
+	} else {
+		err = fmt.Errorf("no client")
+	}
+	if err == nil && p.UID == pod.UID && p.Spec.NodeName == nodeName && gpu.HasAssignment(p, nodeName) {
+		klog.FromContext(ctx).Info("the bind reported an error but the pod is bound: keeping it", "pod", klog.KObj(pod), "node", nodeName, "err", bindErr)
+		return true
+	}
+	// A definite answer from the server (not a timeout or a lost
+	// connection), and the pod seen unbound afterwards: nothing can land.
+	definite := isDefinite(bindErr) && err == nil && p.Spec.NodeName == ""
+	rs.bind.Store(&bindAttempt{notBound: definite, at: time.Now()})
+	return false
+}
+
+// isDefinite reports whether an API error is the server's answer that the
+// request was not applied, rather than a timeout or a broken connection
+// after which it may still be.
+func isDefinite(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	if apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsInternalError(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsUnexpectedServerError(err) {
+		return false
+	}
+	code := status.Status().Code
+	return code >= 400 && code < 500
 }
 
 // PreBindPreFlight: only GPU pods have an annotation to write, and only
@@ -296,11 +459,10 @@ func (pl *GPUFit) Bind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 	if pl.args.AssignmentWrite != config.WriteAtBind {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	d, err := cs.Read(reserveStateKey)
-	if err != nil {
+	rs := readReserve(cs)
+	if rs == nil {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	rs := d.(*reserveState)
 	binding := &v1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
 			Annotations: map[string]string{gpu.AnnotationAssignment: gpu.NewAssignment(nodeName, rs.choice).String()}},
@@ -310,28 +472,32 @@ func (pl *GPUFit) Bind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 	if client == nil {
 		return fwk.AsStatus(fmt.Errorf("no client to bind pod %s/%s", pod.Namespace, pod.Name))
 	}
+	rs.bind.Store(&bindAttempt{at: time.Now()})
 	if err := client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+		if pl.bindFailed(ctx, rs, pod, nodeName, err) {
+			return nil
+		}
 		return fwk.AsStatus(fmt.Errorf("binding pod %s/%s to %s: %w", pod.Namespace, pod.Name, nodeName, err))
 	}
 	return nil
 }
 
 // PreBind writes the self-contained assignment annotation when configured
-// to (assignmentWrite: PreBind).
+// to (assignmentWrite: PreBind). This needs the right to patch pods, which
+// the shipped RBAC does not grant (docs/api.md).
 func (pl *GPUFit) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
-	d, err := cs.Read(reserveStateKey)
-	if err != nil || pl.args.AssignmentWrite != config.WriteAtPreBind {
+	rs := readReserve(cs)
+	if rs == nil || pl.args.AssignmentWrite != config.WriteAtPreBind {
 		return nil
 	}
-	rs := d.(*reserveState)
+	// From here the default binder may bind the pod: a failure after this
+	// point is checked before the devices are released.
+	rs.bind.Store(&bindAttempt{at: time.Now()})
 	value := gpu.NewAssignment(nodeName, rs.choice).String()
 	if pod.Annotations[gpu.AnnotationAssignment] == value {
 		return nil
 	}
-	// No longer pending: the reason goes in the same write. The reconciler
-	// may have written it after our copy of the pod was taken, so always.
-	ann := map[string]any{gpu.AnnotationAssignment: value, gpu.AnnotationPendingReason: nil}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{gpu.AnnotationAssignment: value}}})
 	if err != nil {
 		return fwk.AsStatus(err)
 	}

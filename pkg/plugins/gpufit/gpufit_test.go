@@ -27,6 +27,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu/gputest"
 )
 
 const gpuRes = v1.ResourceName(gpu.ResourceNvidiaGPU)
@@ -35,13 +36,10 @@ func gpuNode(name string, gpus string) *st.NodeWrapper {
 	return st.MakeNode().Name(name).Capacity(map[v1.ResourceName]string{v1.ResourceCPU: "32", v1.ResourceMemory: "128Gi", gpuRes: gpus})
 }
 
-// boundPod is a pod already on a node, holding devices by its annotation.
+// boundPod is a pod already on a node, holding devices by its annotation
+// and the request that agrees with it.
 func boundPod(name, node, assignment string) *v1.Pod {
-	p := st.MakePod().Name(name).Namespace("default").UID(name).Node(node).Obj()
-	if assignment != "" {
-		metav1.SetMetaDataAnnotation(&p.ObjectMeta, gpu.AnnotationAssignment, assignment)
-	}
-	return p
+	return gputest.BoundPod("default", name, node, assignment)
 }
 
 func wholePod(name string, n string) *st.PodWrapper {
@@ -301,14 +299,25 @@ func TestReserveBindUnreserve(t *testing.T) {
 					t.Errorf("bind mode: preflight %v, bind %v, written %q", pre, bind, written)
 				}
 			case config.WriteAtPreBind:
-				if !pre.IsSuccess() || !bind.IsSkip() || !strings.Contains(written, `"gpu-scheduler.io/assignment":"n:0=300"`) ||
-					!strings.Contains(written, `"gpu-scheduler.io/pending-reason":null`) {
+				if !pre.IsSuccess() || !bind.IsSkip() || !strings.Contains(written, `"gpu-scheduler.io/assignment":"n:0=300"`) {
 					t.Errorf("prebind mode: preflight %v, bind %v, written %q", pre, bind, written)
 				}
 			}
-			e.pl.Unreserve(tCtx, cs, pod, "n")
-			e.pl.Unreserve(tCtx, cs, pod, "n")
-			if _, _, ok := e.pl.shared.Tracker().Reserved("s"); ok {
+			// A bound pod keeps its devices until its assignment is seen.
+			if _, _, ok := e.pl.shared.Tracker().Reserved("s"); !ok {
+				t.Errorf("released after a bind")
+			}
+			// A cycle that fails before binding releases them, once.
+			again := sharedPod("s2", "300").Obj()
+			e.factory.Core().V1().Pods().Informer().GetStore().Add(again)
+			cs2 := framework.NewCycleState()
+			e.pl.PreFilter(tCtx, cs2, again, nil)
+			if s := e.pl.Reserve(tCtx, cs2, again, "n"); !s.IsSuccess() {
+				t.Fatal(s)
+			}
+			e.pl.Unreserve(tCtx, cs2, again, "n")
+			e.pl.Unreserve(tCtx, cs2, again, "n")
+			if _, _, ok := e.pl.shared.Tracker().Reserved("s2"); ok {
 				t.Errorf("still reserved after Unreserve")
 			}
 			// A CPU-only pod has nothing to write and is not ours to bind.
@@ -337,14 +346,18 @@ func TestReserveConcurrentUnreserve(t *testing.T) {
 	e := newEnv(tCtx, t, nil, []*v1.Node{node}, nil)
 	tr := e.pl.shared.Tracker()
 	var wg sync.WaitGroup
-	release := make(chan *v1.Pod, 1000)
+	type cycle struct {
+		pod *v1.Pod
+		cs  fwk.CycleState
+	}
+	release := make(chan cycle, 1000)
 	for w := 0; w < 4; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for p := range release {
-				e.pl.Unreserve(tCtx, nil, p, "n")
-				e.pl.Unreserve(tCtx, nil, p, "n")
+			for c := range release {
+				e.pl.Unreserve(tCtx, c.cs, c.pod, "n")
+				e.pl.Unreserve(tCtx, c.cs, c.pod, "n")
 			}
 		}()
 	}
@@ -364,7 +377,7 @@ func TestReserveConcurrentUnreserve(t *testing.T) {
 			}
 			refused++
 		} else if i%2 == 0 {
-			release <- pod
+			release <- cycle{pod, cs}
 		}
 		var used [2]int32
 		for _, r := range tr.Reservations() {

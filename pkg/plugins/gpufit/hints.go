@@ -64,15 +64,9 @@ func (pl *GPUFit) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, 
 	return pl.fitsNow(logger, pod, node), nil
 }
 
-// usesGPU is whether a bound pod holds devices: an assignment, or a GPU
-// request (an outside binder's pod).
-func (pl *GPUFit) usesGPU(p *v1.Pod) bool {
-	if _, ok := p.Annotations[gpu.AnnotationAssignment]; ok {
-		return true
-	}
-	r, err := gpu.ParseRequest(p, pl.reqOpts)
-	return err == nil && r.HasGPU()
-}
+// usesGPU is whether a bound pod holds devices: what it requests, whoever
+// bound it (an assignment on a pod that asks for no GPU holds nothing).
+func (pl *GPUFit) usesGPU(p *v1.Pod) bool { return gpu.UsesGPU(p, pl.reqOpts) }
 
 func (pl *GPUFit) nodeOf(logger klog.Logger, name string) *v1.Node {
 	f := pl.handle.SharedInformerFactory()
@@ -104,9 +98,10 @@ func (pl *GPUFit) isSchedulableAfterPodUpdate(logger klog.Logger, pod *v1.Pod, o
 		return fwk.Queue, err
 	}
 	// Most updates of bound pods are status changes: the devices they hold
-	// are the same, nothing can have been freed.
+	// are the same, nothing can have been freed. Neither can a pod that asks
+	// for no GPU free one, whatever its annotations say.
 	if oldPod.Annotations[gpu.AnnotationAssignment] == newPod.Annotations[gpu.AnnotationAssignment] &&
-		sameGPURequest(oldPod, newPod, pl.reqOpts) || fault.DropFreedGPU() {
+		sameGPURequest(oldPod, newPod, pl.reqOpts) || (!pl.usesGPU(oldPod) && !pl.usesGPU(newPod)) || fault.DropFreedGPU() {
 		return fwk.QueueSkip, nil
 	}
 	return pl.fitsOnNodeOf(logger, pod, newPod), nil

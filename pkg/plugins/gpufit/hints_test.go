@@ -1,12 +1,14 @@
 package gpufit
 
 import (
+	"context"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
 	tk "k8s.io/kubernetes/test/utils/ktesting"
 
@@ -123,8 +125,16 @@ func TestQueueingHints(t *testing.T) {
 		"deleted from a vanished node":     {pending, nil, nil, "delete", a, nil, fwk.QueueSkip, false},
 		"deleted while reserved elsewhere": {pending, []*v1.Node{full}, []*v1.Pod{b}, "delete", a, nil, fwk.QueueSkip, true},
 
-		"bound pod status update":         {pending, []*v1.Node{full}, []*v1.Pod{a, b}, "update", a, podStatusUpdate, fwk.QueueSkip, false},
-		"assignment removed frees device": {pending, []*v1.Node{full}, []*v1.Pod{withAnnotations(a), b}, "update", a, withAnnotations(a), fwk.Queue, false},
+		"bound pod status update": {pending, []*v1.Node{full}, []*v1.Pod{a, b}, "update", a, podStatusUpdate, fwk.QueueSkip, false},
+		// The pod still holds what it requests: a removed or rewritten
+		// assignment frees nothing.
+		"assignment removed frees nothing": {pending, []*v1.Node{full}, []*v1.Pod{withAnnotations(a), b}, "update", a, withAnnotations(a), fwk.QueueSkip, false},
+		"assignment forged to nothing": {pending, []*v1.Node{full}, []*v1.Pod{withAnnotations(a, gpu.AnnotationAssignment, "full:0=1"), b}, "update", a,
+			withAnnotations(a, gpu.AnnotationAssignment, "full:0=1"), fwk.QueueSkip, false},
+		"assignment moves to another node": {pending, []*v1.Node{full}, []*v1.Pod{withAnnotations(a, gpu.AnnotationAssignment, "half:0=1000"), b}, "update", a,
+			withAnnotations(a, gpu.AnnotationAssignment, "half:0=1000"), fwk.QueueSkip, false},
+		"CPU pod's forged assignment flips": {pending, []*v1.Node{full}, []*v1.Pod{a, b}, "update", withAnnotations(cpuOnly, gpu.AnnotationAssignment, "full:0=1000"),
+			cpuOnly, fwk.QueueSkip, false},
 
 		"own request changed":   {pending, nil, nil, "target", pendingShared, withAnnotations(pendingShared, gpu.AnnotationMilli, "100"), fwk.Queue, false},
 		"own annotation fixed":  {pending, nil, nil, "target", withAnnotations(pendingShared, gpu.AnnotationMilli, "x"), pendingShared, fwk.Queue, false},
@@ -176,7 +186,7 @@ func TestQueueingHints(t *testing.T) {
 func TestQueueingHintWithoutInformer(t *testing.T) {
 	logger, tCtx := ktesting.NewTestContext(t)
 	e := newEnv(tCtx, t, nil, nil, nil)
-	e.pl.shared = newSharedWithoutInformer(e)
+	e.pl.shared = newSharedWithoutInformer(tCtx, t)
 	got, _ := e.pl.isSchedulableAfterNodeChange(logger, wholePod("p", "1").Obj(), nil, gpuNode("n", "1").Obj())
 	if got != fwk.Queue {
 		t.Errorf("want Queue, got %v", got)
@@ -187,8 +197,15 @@ func TestQueueingHintWithoutInformer(t *testing.T) {
 	}
 }
 
-func newSharedWithoutInformer(_ *testEnv) *shared.Shared {
-	s := &shared.Shared{}
-	s.Configure(gpu.DefaultNodeOptions)
+func newSharedWithoutInformer(tCtx context.Context, t *testing.T) *shared.Shared {
+	fh, err := frameworkruntime.NewFramework(tCtx, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := shared.For(fh)
+	t.Cleanup(func() { shared.Forget(fh) })
+	if err := s.Configure(gpu.DefaultNodeOptions); err != nil {
+		t.Fatal(err)
+	}
 	return s
 }

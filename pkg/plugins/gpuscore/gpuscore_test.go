@@ -22,6 +22,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu/gputest"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/offline"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpufit"
 	. "github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpuscore"
@@ -34,7 +35,7 @@ func gpuNode(name, gpus string) *v1.Node {
 }
 
 func bound(name, node, assignment string) *v1.Pod {
-	return st.MakePod().Name(name).Namespace("default").UID(name).Node(node).Annotation(gpu.AnnotationAssignment, assignment).Obj()
+	return gputest.BoundPod("default", name, node, assignment)
 }
 
 func sharedPod(name, milli string) *v1.Pod {

@@ -1,12 +1,14 @@
-// Package shared is the state GPUFit and GPUScore share within one scheduler
-// profile: the device tracker, the placement policy, the target workload and
-// the parsed request of the pod in the current cycle. Keeping the device
-// choice in one place is what lets Reserve take exactly the device the score
-// assumed.
+// Package shared is the state the GPU plugins share: the device accounting,
+// one per scheduler process and shared by all its profiles, and per profile
+// the placement policy, the target workload and the parsed request of the
+// pod in the current cycle. Keeping the device choice in one place is what
+// lets Reserve take exactly the device the score assumed; keeping one
+// accounting is what lets one profile see the pods another has in flight.
 package shared
 
 import (
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 
@@ -18,11 +20,24 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
 
-// Shared is one profile's GPU state.
+// Shared is one profile's GPU state, over its process's accounting.
 type Shared struct {
+	acc     *Accounting
+	scoring atomic.Pointer[scoring]
+}
+
+// Accounting is the device accounting of one scheduler process: every
+// profile's reservations in one tracker, over the one informer they share.
+type Accounting struct {
 	tracker  atomic.Pointer[gpu.Tracker]
-	scoring  atomic.Pointer[scoring]
 	podIndex atomic.Pointer[cache.Indexer]
+
+	mu         sync.Mutex
+	configured bool
+	refs       int
+	// once runs the process-wide set-up (event handlers, the overcommit
+	// monitor) for the first profile that asks.
+	once map[string]bool
 }
 
 type scoring struct {
@@ -34,7 +49,18 @@ type scoring struct {
 var (
 	mu       sync.Mutex
 	profiles = map[fwk.Handle]*Shared{}
+	// accountings are keyed by the informer factory, which all profiles of
+	// one scheduler share (each gpu-sim replay has its own); by the handle
+	// when there is none.
+	accountings = map[any]*Accounting{}
 )
+
+func accountingKey(h fwk.Handle) any {
+	if f := h.SharedInformerFactory(); f != nil && !reflect.ValueOf(f).IsNil() {
+		return f
+	}
+	return h
+}
 
 // For returns the profile's shared state. Plugins are created in no fixed
 // order, so whichever comes first creates it with defaults.
@@ -43,8 +69,17 @@ func For(h fwk.Handle) *Shared {
 	defer mu.Unlock()
 	s := profiles[h]
 	if s == nil {
-		s = &Shared{}
-		s.Configure(gpu.DefaultNodeOptions)
+		key := accountingKey(h)
+		acc := accountings[key]
+		if acc == nil {
+			acc = &Accounting{once: map[string]bool{}}
+			t := gpu.NewTracker(gpu.DefaultNodeOptions)
+			t.SetAlive(acc.Alive)
+			acc.tracker.Store(t)
+			accountings[key] = acc
+		}
+		acc.refs++
+		s = &Shared{acc: acc}
 		sc := gpu.DefaultScoring
 		sc.Policy = gpu.BestFit
 		s.scoring.Store(&scoring{sc: sc, learner: gpu.NewLearner(0.95, 10000)})
@@ -58,15 +93,56 @@ func For(h fwk.Handle) *Shared {
 func Forget(h fwk.Handle) {
 	mu.Lock()
 	defer mu.Unlock()
+	s := profiles[h]
+	if s == nil {
+		return
+	}
 	delete(profiles, h)
+	s.acc.refs--
+	if s.acc.refs == 0 {
+		for k, a := range accountings {
+			if a == s.acc {
+				delete(accountings, k)
+			}
+		}
+	}
 }
 
 // Configure sets where devices are read from (GPUFit's args). It must run
-// before scheduling starts.
-func (s *Shared) Configure(opts gpu.NodeOptions) {
-	t := gpu.NewTracker(opts)
-	t.SetAlive(s.Alive)
-	s.tracker.Store(t)
+// before scheduling starts. Profiles share one accounting, so they must
+// read devices the same way: a second profile that disagrees is an error.
+func (s *Shared) Configure(opts gpu.NodeOptions) error {
+	a := s.acc
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	cur := a.tracker.Load().Options()
+	if a.configured {
+		if !reflect.DeepEqual(cur, opts) {
+			return fmt.Errorf("every profile's GPUFit must read devices the same way (one device accounting per scheduler): "+
+				"got gpuResourceNames %v, gpuProductLabel %q, gpuMemoryLabel %q, but another profile has %v, %q, %q",
+				opts.ResourceNames, opts.ProductLabel, opts.MemoryLabel, cur.ResourceNames, cur.ProductLabel, cur.MemoryLabel)
+		}
+		return nil
+	}
+	a.configured = true
+	if !reflect.DeepEqual(cur, opts) {
+		t := gpu.NewTracker(opts)
+		t.SetAlive(a.Alive)
+		a.tracker.Store(t)
+	}
+	return nil
+}
+
+// Once reports true the first time a process-wide task is asked for, and
+// false after: event handlers and monitors run once, not once per profile.
+func (s *Shared) Once(task string) bool {
+	s.acc.mu.Lock()
+	defer s.acc.mu.Unlock()
+	if s.acc.once[task] {
+		return false
+	}
+	s.acc.once[task] = true
+	return true
 }
 
 // SetScoring sets the scoring and target workload (GPUScore's args). static
@@ -75,8 +151,8 @@ func (s *Shared) SetScoring(sc gpu.Scoring, learner *gpu.Learner, static *gpu.Wo
 	s.scoring.Store(&scoring{sc: sc, learner: learner, static: static})
 }
 
-// Tracker returns the device tracker.
-func (s *Shared) Tracker() *gpu.Tracker { return s.tracker.Load() }
+// Tracker returns the process's device tracker.
+func (s *Shared) Tracker() *gpu.Tracker { return s.acc.tracker.Load() }
 
 // Scoring returns the placement scoring.
 func (s *Shared) Scoring() gpu.Scoring { return s.scoring.Load().sc }
@@ -166,6 +242,9 @@ const NodeNameIndex = "gpu-scheduler.io/nodeName"
 // UseInformer lets level checks outside a scheduling cycle (queueing hints,
 // the requeue reconciler) read the current pods of a node.
 func (s *Shared) UseInformer(informer cache.SharedIndexInformer) error {
+	if s.acc.podIndex.Load() != nil {
+		return nil
+	}
 	if _, ok := informer.GetIndexer().GetIndexers()[NodeNameIndex]; !ok {
 		err := informer.AddIndexers(cache.Indexers{NodeNameIndex: func(obj interface{}) ([]string, error) {
 			if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" {
@@ -178,13 +257,14 @@ func (s *Shared) UseInformer(informer cache.SharedIndexInformer) error {
 		}
 	}
 	idx := informer.GetIndexer()
-	s.podIndex.Store(&idx)
+	s.acc.podIndex.Store(&idx)
 	return nil
 }
 
-// Alive reports whether a reservation's pod still exists in the informer.
-func (s *Shared) Alive(uid types.UID, r gpu.Reservation) bool {
-	idx := s.podIndex.Load()
+// Alive reports whether a reservation's pod still exists in the informer,
+// and is not bound to another node than the reservation's.
+func (a *Accounting) Alive(uid types.UID, node string, r gpu.Reservation) bool {
+	idx := a.podIndex.Load()
 	if idx == nil || r.Name == "" {
 		return true
 	}
@@ -193,13 +273,14 @@ func (s *Shared) Alive(uid types.UID, r gpu.Reservation) bool {
 		return false
 	}
 	p, ok := o.(*v1.Pod)
-	return ok && p.UID == uid && p.DeletionTimestamp == nil
+	return ok && p.UID == uid && p.DeletionTimestamp == nil &&
+		(p.Spec.NodeName == "" || p.Spec.NodeName == node)
 }
 
 // PodsOnNode lists the running pods bound to a node, from the informer. ok is
 // false when no informer is wired (then callers must assume the worst).
 func (s *Shared) PodsOnNode(node string) ([]*v1.Pod, bool) {
-	idx := s.podIndex.Load()
+	idx := s.acc.podIndex.Load()
 	if idx == nil {
 		return nil, false
 	}
@@ -229,7 +310,7 @@ func (s *Shared) CurrentState(node *v1.Node) (*gpu.NodeState, bool) {
 
 // AllPods lists every pod in the informer (nil without one).
 func (s *Shared) AllPods() []*v1.Pod {
-	idx := s.podIndex.Load()
+	idx := s.acc.podIndex.Load()
 	if idx == nil {
 		return nil
 	}

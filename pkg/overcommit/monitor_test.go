@@ -1,0 +1,147 @@
+package overcommit
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu/gputest"
+)
+
+type source struct {
+	tracker *gpu.Tracker
+	pods    cache.Indexer
+}
+
+func (s *source) Tracker() *gpu.Tracker { return s.tracker }
+func (s *source) PodsOnNode(n string) ([]*v1.Pod, bool) {
+	var out []*v1.Pod
+	for _, o := range s.pods.List() {
+		if p := o.(*v1.Pod); p.Spec.NodeName == n {
+			out = append(out, p)
+		}
+	}
+	return out, true
+}
+
+func gpuNode(name string, gpus int64) *v1.Node {
+	q := *resource.NewQuantity(gpus, resource.DecimalSI)
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Status: v1.NodeStatus{Allocatable: v1.ResourceList{gpu.ResourceNvidiaGPU: q}, Capacity: v1.ResourceList{gpu.ResourceNvidiaGPU: q}}}
+}
+
+func drain(r *events.FakeRecorder) []string {
+	var out []string
+	for {
+		select {
+		case e := <-r.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+// Our shares sit on all four devices; the default scheduler binds a 4-GPU pod
+// there. The monitor reports the node once (gauge, Event naming the pod, log),
+// and reports it resolved once the pod leaves.
+func TestMonitorReportsOvercommit(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	f := informers.NewSharedInformerFactory(client, 0)
+	pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
+	rec := events.NewFakeRecorder(10)
+	src := &source{tracker: gpu.NewTracker(gpu.DefaultNodeOptions), pods: pods.GetIndexer()}
+	m, err := New(src, pods, nodes, rec, func() bool { return true }, gpu.DefaultRequestOptions, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes.GetStore().Add(gpuNode("n1", 4))
+	for i, a := range []string{"n1:0=300", "n1:1=300", "n1:2=300", "n1:3=300"} {
+		pods.GetStore().Add(gputest.BoundPod("ns", "share-"+string(rune('a'+i)), "n1", a))
+	}
+	if err := m.check(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Overcommitted(); len(got) != 0 || len(drain(rec)) != 0 {
+		t.Fatalf("shares alone are not an overcommit: %v", got)
+	}
+	other := gputest.BoundPod("ns", "training", "n1", "")
+	other.Spec.Containers[0].Resources.Requests = v1.ResourceList{gpu.ResourceNvidiaGPU: resource.MustParse("4")}
+	pods.GetStore().Add(other)
+	for i := 0; i < 3; i++ { // judged again and again, reported once
+		if err := m.check(ctx, "n1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := m.Overcommitted(); len(got) != 1 || got[0] != "n1" {
+		t.Fatalf("want n1 overcommitted, got %v", got)
+	}
+	evs := drain(rec)
+	if len(evs) != 1 || !strings.Contains(evs[0], ReasonOvercommitted) || !strings.Contains(evs[0], "ns/training") {
+		t.Errorf("want one %s event naming ns/training, got %q", ReasonOvercommitted, evs)
+	}
+	if v, err := testutil.GetGaugeMetricValue(overcommittedNodes); err != nil || v != 1 {
+		t.Errorf("gauge: %v %v", v, err)
+	}
+	pods.GetStore().Delete(other)
+	if err := m.check(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	evs = drain(rec)
+	if len(m.Overcommitted()) != 0 || len(evs) != 1 || !strings.Contains(evs[0], ReasonResolved) {
+		t.Errorf("want resolved once, got %v %q", m.Overcommitted(), evs)
+	}
+	if v, _ := testutil.GetGaugeMetricValue(overcommittedNodes); v != 0 {
+		t.Errorf("gauge after: %v", v)
+	}
+}
+
+// A standby keeps the gauge but leaves Events to the leader; once it leads,
+// it reports what it already knows.
+func TestMonitorStandby(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	f := informers.NewSharedInformerFactory(client, 0)
+	pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
+	rec := events.NewFakeRecorder(10)
+	leading := false
+	m, err := New(&source{tracker: gpu.NewTracker(gpu.DefaultNodeOptions), pods: pods.GetIndexer()}, pods, nodes, rec,
+		func() bool { return leading }, gpu.DefaultRequestOptions, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes.GetStore().Add(gpuNode("n1", 1))
+	for _, n := range []string{"a", "b"} {
+		p := gputest.BoundPod("ns", n, "n1", "")
+		p.Spec.Containers[0].Resources.Requests = v1.ResourceList{gpu.ResourceNvidiaGPU: resource.MustParse("1")}
+		pods.GetStore().Add(p)
+	}
+	m.check(ctx, "n1")
+	if len(m.Overcommitted()) != 1 || len(drain(rec)) != 0 {
+		t.Fatalf("standby: want judged, not told")
+	}
+	leading = true
+	m.check(ctx, "n1")
+	if evs := drain(rec); len(evs) != 1 {
+		t.Errorf("new leader: want one event, got %q", evs)
+	}
+	// More devices than we track: refused, said once.
+	nodes.GetStore().Add(gpuNode("big", gpu.MaxDevices+8))
+	m.check(ctx, "big")
+	m.check(ctx, "big")
+	if evs := drain(rec); len(evs) != 1 || !strings.Contains(evs[0], ReasonTooManyGPUs) {
+		t.Errorf("want one %s event, got %q", ReasonTooManyGPUs, evs)
+	}
+}
