@@ -4,7 +4,9 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := $(CURDIR)/bin
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# Our version: VERSION (the image tag in manifests/deployment.yaml must match;
+# a test checks it).
+VERSION ?= $(shell cat $(CURDIR)/VERSION)
 # The upstream version must stay v1.37.2: kube-scheduler's startup
 # emulation-version check rejects anything else. Ours goes in pkg/version.
 LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.37.2 \
@@ -13,7 +15,7 @@ LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.37.2 \
 PKGS := ./...
 UNIT_PKGS = $$($(GO) list ./... | grep -v /test/)
 
-.PHONY: all build binaries run test unit integration e2e e2e-kind lint bench bench-requeue bench-openb bench-throughput fuzz manifests clean help
+.PHONY: all build binaries run test unit integration e2e e2e-kind image lint bench bench-requeue bench-openb bench-throughput fuzz manifests clean help
 
 all: build
 
@@ -68,7 +70,7 @@ lint:
 # detector on the packages that share state between goroutines.
 unit:
 	$(GO) test -count=1 $(UNIT_PKGS)
-	$(GO) test -count=1 -race ./pkg/gpu/... ./pkg/plugins/...
+	$(GO) test -count=1 -race ./pkg/gpu/... ./pkg/plugins/... ./pkg/overcommit/...
 
 # The scheduler in-process against a real kube-apiserver and etcd.
 integration: $(BIN)/etcd $(BIN)/kube-apiserver
@@ -83,6 +85,11 @@ e2e: binaries
 
 e2e-kind:
 	hack/e2e-kind.sh
+
+# The image, tagged with VERSION as manifests/deployment.yaml expects (needs
+# a Docker engine).
+image:
+	docker build -t gpu-scheduler:$(VERSION) --build-arg VERSION=$(VERSION) .
 
 $(BIN)/kubectl: go.mod go.sum
 	$(GO) build -ldflags "$(UPSTREAM_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kubectl

@@ -16,7 +16,7 @@ fi
 
 CLUSTER=${KIND_CLUSTER:-gpu-scheduler-e2e}
 NODE_IMAGE=${KIND_NODE_IMAGE:-kindest/node:v1.37.2}
-IMAGE=gpu-scheduler:e2e
+IMAGE=gpu-scheduler:$(cat VERSION)
 KIND="go run sigs.k8s.io/kind@v0.33.0"
 make "$PWD/bin/kubectl" >/dev/null
 KUBECTL="$PWD/bin/kubectl"
@@ -35,7 +35,7 @@ trap cleanup EXIT
 $KIND create cluster --name "$CLUSTER" --image "$NODE_IMAGE" --config hack/kind-config.yaml \
   --kubeconfig "$KUBECONFIG_FILE" --wait 180s
 
-docker build -t "$IMAGE" --build-arg VERSION="$(git describe --tags --always --dirty)" .
+docker build -t "$IMAGE" --build-arg VERSION="$(cat VERSION)" .
 $KIND load docker-image "$IMAGE" --name "$CLUSTER"
 
 $KUBECTL apply -f manifests/

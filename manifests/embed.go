@@ -18,6 +18,12 @@ var SchedulerConfig []byte
 //go:embed rbac.yaml
 var RBAC []byte
 
+// AdmissionPolicy keeps gpu-scheduler.io/assignment gpu-scheduler's to
+// write, and gpu-scheduler to status and its annotation.
+//
+//go:embed admission-policy.yaml
+var AdmissionPolicy []byte
+
 //go:embed configmap.yaml
 var ConfigMap []byte
 

@@ -84,7 +84,10 @@ func run(ctx context.Context, bin, namespace string, keep bool, timeout time.Dur
 		if _, err := a.Apply(ctx, manifests.RBAC, "kube-system", false); err != nil {
 			return fmt.Errorf("applying manifests/rbac.yaml: %w", err)
 		}
-		step("applied manifests/rbac.yaml; gpu-scheduler runs as its ServiceAccount, with that RBAC only")
+		if _, err := a.Apply(ctx, manifests.AdmissionPolicy, "", false); err != nil {
+			return fmt.Errorf("applying manifests/admission-policy.yaml: %w", err)
+		}
+		step("applied manifests/rbac.yaml and admission-policy.yaml; gpu-scheduler runs as its ServiceAccount, with that RBAC only")
 		if schedKubeconfig, err = cp.WriteKubeconfig(localcp.UserGPUScheduler, filepath.Join(dir, "gpu-scheduler.kubeconfig")); err != nil {
 			return err
 		}

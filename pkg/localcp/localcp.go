@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -62,10 +63,17 @@ type ControlPlane struct {
 	Config     *rest.Config
 	Client     kubernetes.Interface
 
+	// EtcdURL is etcd's client URL.
+	EtcdURL string
+
 	tokens  map[string]string
 	procs   []*Proc
 	ownDir  bool
 	stopped sync.Once
+	mu      sync.Mutex
+	apiBin  string
+	apiArgs []string
+	starts  int
 }
 
 // Start launches etcd and kube-apiserver and waits until the apiserver is
@@ -157,7 +165,8 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		"--endpoint-reconciler-type", "none",
 	}
 	args = append(args, opts.APIServerArgs...)
-	api, err := StartProc(ctx, "kube-apiserver", filepath.Join(opts.BinDir, "kube-apiserver"), args, filepath.Join(cp.Dir, "kube-apiserver.log"))
+	cp.EtcdURL, cp.apiBin, cp.apiArgs = etcdURL, filepath.Join(opts.BinDir, "kube-apiserver"), args
+	api, err := StartProc(ctx, "kube-apiserver", cp.apiBin, args, filepath.Join(cp.Dir, "kube-apiserver.log"))
 	if err != nil {
 		return cp, err
 	}
@@ -242,6 +251,60 @@ func (cp *ControlPlane) Stop() {
 			os.RemoveAll(cp.Dir)
 		}
 	})
+}
+
+// RestartAPIServer stops kube-apiserver, runs during (if any) and waits for
+// down, and starts it again on the same port and etcd; it returns once the
+// new one is ready. Clients see their connections break and their watches
+// end.
+func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration, during func()) error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	i := -1
+	for j, p := range cp.procs {
+		if p.Name == "kube-apiserver" {
+			i = j
+		}
+	}
+	if i < 0 {
+		return fmt.Errorf("no kube-apiserver")
+	}
+	cp.procs[i].Stop(30 * time.Second)
+	if during != nil {
+		during()
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(down):
+	}
+	cp.starts++
+	api, err := StartProc(ctx, "kube-apiserver", cp.apiBin, cp.apiArgs, filepath.Join(cp.Dir, fmt.Sprintf("kube-apiserver-%d.log", cp.starts)))
+	if err != nil {
+		return err
+	}
+	cp.procs[i] = api
+	return cp.waitReady(ctx, api)
+}
+
+// CompactEtcd writes a key (so that the revision is past anything a client
+// has seen) and compacts etcd's history up to it: a watch resuming from any
+// earlier resource version gets 410 Gone. It returns the revision.
+func (cp *ControlPlane) CompactEtcd(ctx context.Context) (int64, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{cp.EtcdURL}, DialTimeout: 10 * time.Second})
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	resp, err := cli.Put(ctx, "/localcp/compact-probe", time.Now().String())
+	if err != nil {
+		return 0, err
+	}
+	rev := resp.Header.Revision
+	if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		return 0, err
+	}
+	return rev, nil
 }
 
 // Procs lists the control plane's processes.

@@ -46,6 +46,10 @@ var (
 		Subsystem: "gpu_scheduler", Name: "capacity_milli", StabilityLevel: metrics.ALPHA,
 		Help: "Schedulable milli-GPU per node and GPU model.",
 	}, []string{"node", "model"})
+	unhealthyGPUs = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Subsystem: "gpu_scheduler", Name: "unhealthy_gpus", StabilityLevel: metrics.ALPHA,
+		Help: "Installed GPUs that are not allocatable (capacity minus allocatable), per node and GPU model.",
+	}, []string{"node", "model"})
 )
 
 var registerOnce sync.Once
@@ -53,6 +57,6 @@ var registerOnce sync.Once
 func registerMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(reconciles, activations, queueDepth, pendingPods, activationLatency,
-			reasonWrites, staleReservations, allocatedMilli, capacityMilli)
+			reasonWrites, staleReservations, allocatedMilli, capacityMilli, unhealthyGPUs)
 	})
 }

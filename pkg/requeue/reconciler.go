@@ -469,7 +469,11 @@ func (r *Reconciler) exportAllocation() {
 	r.invalidate()
 	allocatedMilli.Reset()
 	capacityMilli.Reset()
+	unhealthyGPUs.Reset()
 	for _, nv := range r.viewNow().nodes {
+		if nv.gpu.Unhealthy > 0 {
+			unhealthyGPUs.WithLabelValues(nv.node.Name, nv.gpu.Model).Set(float64(nv.gpu.Unhealthy))
+		}
 		if nv.gpu.Count == 0 {
 			continue
 		}

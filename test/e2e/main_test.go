@@ -48,6 +48,10 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer cluster.Teardown()
+	if err := cluster.ApplyAdmissionPolicy(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e setup:", err)
+		return 1
+	}
 	if kubeconfig == "" {
 		procs, err = harness.StartProcesses(ctx, cluster, 1, harness.FastLeaderElection, os.Getenv("E2E_SCHEDULER_ARGS"))
 		if err != nil {

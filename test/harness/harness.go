@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,6 +114,35 @@ func Setup(ctx context.Context, kubeconfig string) (*Cluster, error) {
 		}
 	}
 	return c, nil
+}
+
+// ApplyAdmissionPolicy applies manifests/admission-policy.yaml (locally;
+// a deployed cluster has it from manifests/) and waits until the API server
+// enforces it: the admission plugin loads policies asynchronously.
+func (c *Cluster) ApplyAdmissionPolicy(ctx context.Context) error {
+	if c.Local() {
+		a, err := kubeapply.New(c.Config)
+		if err != nil {
+			return err
+		}
+		if _, err := a.Apply(ctx, manifests.AdmissionPolicy, "", false); err != nil {
+			return fmt.Errorf("applying the admission policy: %w", err)
+		}
+	}
+	probe := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "policy-probe-", Namespace: metav1.NamespaceDefault,
+			Annotations: map[string]string{gpu.AnnotationAssignment: "nowhere:0=1000"}},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, last = c.Client.CoreV1().Pods(probe.Namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(last) || apierrors.IsInvalid(last), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the admission policy is not enforced (a forged assignment was accepted: %v)", last)
+	}
+	return nil
 }
 
 // Teardown stops what Setup started.
@@ -407,60 +437,121 @@ func (s *Scope) WaitEvent(timeout time.Duration, name, reason, want string) stri
 // pods bound to it.
 type DeviceUse map[string]map[int]int32
 
-// CheckDevices reads every pod in the cluster and verifies the accounting
-// invariants: an assignment names the pod's node, lists only healthy devices
-// (index below allocatable), and no device is booked beyond 1000 milli. It
-// returns the per-device use.
-func CheckDevices(ctx context.Context, client kubernetes.Interface) (DeviceUse, error) {
+// CheckDevices reads every pod in the cluster and checks the accounting
+// invariant from the pods' requests, whoever placed them: on every node, the
+// GPU pods bound there fit its healthy devices. Pods placed by gpu-scheduler
+// must carry an assignment that names their node and agrees with their
+// request (device count, milli per device, devices below allocatable); no
+// device holds more than 1000 milli of them; and the pods without an
+// assignment (other schedulers') fit in what is left, by count and by total.
+// Nodes in allowed are known to be overcommitted by another binder and are
+// not held to the invariant. It returns the per-device use of assignments.
+func CheckDevices(ctx context.Context, client kubernetes.Interface, allowed ...string) (DeviceUse, error) {
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
-	alloc := map[string]int64{}
+	type nodeInfo struct {
+		alloc  int64
+		memMiB int64
+		// whole and shares are what pods without an agreeing assignment hold.
+		whole  int64
+		shares int64
+	}
+	info := map[string]*nodeInfo{}
 	for _, n := range nodes.Items {
 		q := n.Status.Allocatable[gpu.ResourceNvidiaGPU]
-		alloc[n.Name] = q.Value()
+		mem, _ := strconv.ParseInt(n.Labels[gpu.LabelGPUMemory], 10, 64)
+		info[n.Name] = &nodeInfo{alloc: q.Value(), memMiB: mem}
 	}
 	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
+	allow := map[string]bool{}
+	for _, n := range allowed {
+		allow[n] = true
+	}
 	use := DeviceUse{}
 	var problems []string
 	for _, p := range pods.Items {
-		v, ok := p.Annotations[gpu.AnnotationAssignment]
-		if !ok || p.Spec.NodeName == "" || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+		if p.Spec.NodeName == "" || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
 			continue
 		}
-		a, err := gpu.ParseAssignment(v)
+		ni := info[p.Spec.NodeName]
+		if ni == nil {
+			continue // its node is gone
+		}
+		name := p.Namespace + "/" + p.Name
+		req, err := gpu.ParseRequest(&p, gpu.DefaultRequestOptions)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s/%s: %v", p.Namespace, p.Name, err))
-			continue
+			req = gpu.Request{Count: int32(gpu.WholeGPUs(&p, gpu.DefaultRequestOptions))}
 		}
-		if a.Node != p.Spec.NodeName {
-			problems = append(problems, fmt.Sprintf("%s/%s: assignment for %s but bound to %s", p.Namespace, p.Name, a.Node, p.Spec.NodeName))
+		if !req.HasGPU() {
+			continue // an assignment on a CPU pod holds nothing
+		}
+		devices, milli := int64(req.Count), int64(gpu.MilliPerGPU)
+		switch {
+		case req.Milli > 0:
+			devices, milli = 1, int64(req.Milli)
+		case req.MemoryMiB > 0:
+			devices = 1
+			if ni.memMiB > 0 && req.MemoryMiB <= ni.memMiB {
+				milli = (req.MemoryMiB*gpu.MilliPerGPU + ni.memMiB - 1) / ni.memMiB
+			}
+		}
+		ours := strings.HasPrefix(p.Spec.SchedulerName, gpu.SchedulerName)
+		a, aerr := gpu.ParseAssignment(p.Annotations[gpu.AnnotationAssignment])
+		agrees := aerr == nil && a.Node == p.Spec.NodeName && int64(len(a.Shares)) == devices
+		for _, sh := range a.Shares {
+			agrees = agrees && int64(sh.Milli) == milli && int64(sh.Index) < ni.alloc
+		}
+		if !agrees {
+			if ours && !allow[p.Spec.NodeName] {
+				problems = append(problems, fmt.Sprintf("%s: placed by %s on %s for %dx%d milli, but its assignment %q does not agree",
+					name, p.Spec.SchedulerName, p.Spec.NodeName, devices, milli, p.Annotations[gpu.AnnotationAssignment]))
+			}
+			if milli == gpu.MilliPerGPU {
+				ni.whole += devices
+			} else {
+				ni.shares += milli
+			}
 			continue
 		}
 		if use[a.Node] == nil {
 			use[a.Node] = map[int]int32{}
 		}
 		for _, sh := range a.Shares {
-			if int64(sh.Index) >= alloc[a.Node] {
-				problems = append(problems, fmt.Sprintf("%s/%s: device %d on %s beyond its %d allocatable", p.Namespace, p.Name, sh.Index, a.Node, alloc[a.Node]))
-			}
 			use[a.Node][sh.Index] += sh.Milli
 		}
 	}
 	var names []string
-	for n := range use {
+	for n := range info {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		for d, m := range use[n] {
+		ni := info[n]
+		var free, room int64
+		var over []string
+		for d := int64(0); d < ni.alloc; d++ {
+			m := int64(use[n][int(d)])
 			if m > gpu.MilliPerGPU {
-				problems = append(problems, fmt.Sprintf("%s device %d booked %d milli", n, d, m))
+				over = append(over, fmt.Sprintf("device %d booked %d milli", d, m))
 			}
+			if m == 0 {
+				free++
+			}
+			room += max(gpu.MilliPerGPU-m, 0)
+		}
+		if ni.whole > free {
+			over = append(over, fmt.Sprintf("%d whole GPUs of other binders but %d devices free", ni.whole, free))
+		}
+		if need := ni.whole*gpu.MilliPerGPU + ni.shares; need > room {
+			over = append(over, fmt.Sprintf("%d milli held without assignment but %d left", need, room))
+		}
+		if len(over) > 0 && !allow[n] {
+			problems = append(problems, n+": "+strings.Join(over, "; "))
 		}
 	}
 	if len(problems) > 0 {

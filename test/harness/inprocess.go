@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"net/http"
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -25,11 +26,34 @@ type InProcess struct {
 	done   chan struct{}
 }
 
+// InProcessOptions vary an in-process scheduler for a test.
+type InProcessOptions struct {
+	// ExtraProfiles adds copies of the first profile under these scheduler
+	// names (one scheduler, several profiles).
+	ExtraProfiles []string
+	// WrapTransport wraps the scheduler's client transport (fault injection).
+	WrapTransport func(http.RoundTripper) http.RoundTripper
+}
+
 // StartInProcess runs the configuration's profiles against the cluster.
 func StartInProcess(ctx context.Context, cfg *rest.Config, configYAML []byte) (*InProcess, error) {
+	return StartInProcessWith(ctx, cfg, configYAML, InProcessOptions{})
+}
+
+// StartInProcessWith is StartInProcess with options.
+func StartInProcessWith(ctx context.Context, cfg *rest.Config, configYAML []byte, opts InProcessOptions) (*InProcess, error) {
 	kcfg, err := offline.LoadConfig(configYAML)
 	if err != nil {
 		return nil, err
+	}
+	for _, name := range opts.ExtraProfiles {
+		p := kcfg.Profiles[0].DeepCopy()
+		p.SchedulerName = name
+		kcfg.Profiles = append(kcfg.Profiles, *p)
+	}
+	if opts.WrapTransport != nil {
+		cfg = rest.CopyConfig(cfg)
+		cfg.Wrap(opts.WrapTransport)
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

@@ -175,6 +175,34 @@ func (p *Processes) KillLeader(ctx context.Context) error {
 // AddStandby implements GPUSchedulers.
 func (p *Processes) AddStandby(ctx context.Context) error { return p.start(ctx) }
 
+// Recover replaces instances that exited (a leader that could not renew its
+// lease while the API server was down stops, by design) and waits for a
+// leader. A nil Processes (a deployed cluster) has nothing to recover.
+func (p *Processes) Recover(ctx context.Context) error {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	exited := 0
+	var alive []*localcp.Scheduler
+	for _, s := range p.procs {
+		if s.Exited() {
+			exited++
+		} else {
+			alive = append(alive, s)
+		}
+	}
+	p.procs = alive
+	p.mu.Unlock()
+	for i := 0; i < exited; i++ {
+		if err := p.start(ctx); err != nil {
+			return err
+		}
+	}
+	_, err := p.WaitLeader(ctx, time.Minute)
+	return err
+}
+
 // Logs implements GPUSchedulers.
 func (p *Processes) Logs() string {
 	p.mu.Lock()

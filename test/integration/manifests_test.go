@@ -16,7 +16,8 @@ func TestManifestsDryRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	docs := map[string][]byte{"rbac.yaml": manifests.RBAC, "configmap.yaml": manifests.ConfigMap, "deployment.yaml": manifests.Deployment}
+	docs := map[string][]byte{"rbac.yaml": manifests.RBAC, "configmap.yaml": manifests.ConfigMap, "deployment.yaml": manifests.Deployment,
+		"admission-policy.yaml": manifests.AdmissionPolicy}
 	for _, ex := range manifests.Examples() {
 		docs["examples/"+ex.Name+".yaml"] = ex.YAML
 	}

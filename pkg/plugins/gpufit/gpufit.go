@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -282,10 +283,13 @@ type reserveState struct {
 
 // bindAttempt is what a failed cycle knows of its bind.
 type bindAttempt struct {
-	// notBound is true when the server answered that it did not bind, and
-	// a read afterwards showed the pod unbound: nothing can still land.
+	// notBound is true when a read after the failure showed the pod unbound
+	// and nothing can still land: release at once.
 	notBound bool
-	at       time.Time
+	// mayLand is false when the request was refused by the server or never
+	// reached it: once the pod is seen unbound, nothing can bind it.
+	mayLand bool
+	at      time.Time
 }
 
 func (r *reserveState) Clone() fwk.StateData { return r }
@@ -340,7 +344,7 @@ func (pl *GPUFit) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	}
 	if b := rs.bind.Load(); b != nil && !b.notBound {
 		klog.FromContext(ctx).V(2).Info("bind failed but may have landed: keeping the GPUs until the pod is seen", "pod", klog.KObj(pod), "node", rs.node)
-		go pl.verifyRelease(pod, rs.node, rs.seq, b.at)
+		go pl.verifyRelease(pod, rs.node, rs.seq, b.at, b.mayLand)
 		return
 	}
 	pl.shared.Tracker().UnreserveIf(pod.UID, rs.seq)
@@ -348,7 +352,7 @@ func (pl *GPUFit) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 
 // verifyRelease reads the pod from the API server until it knows whether the
 // failed bind landed, and releases the reservation only if it did not.
-func (pl *GPUFit) verifyRelease(pod *v1.Pod, node string, seq uint64, at time.Time) {
+func (pl *GPUFit) verifyRelease(pod *v1.Pod, node string, seq uint64, at time.Time, mayLand bool) {
 	logger := klog.FromContext(pl.ctx).WithValues("pod", klog.KObj(pod), "node", node)
 	tr := pl.shared.Tracker()
 	client := pl.handle.ClientSet()
@@ -380,7 +384,7 @@ func (pl *GPUFit) verifyRelease(pod *v1.Pod, node string, seq uint64, at time.Ti
 			tr.UnreserveIf(pod.UID, seq)
 			logger.V(2).Info("released the GPUs of a failed bind: the pod is bound elsewhere", "boundTo", p.Spec.NodeName)
 			return
-		case err == nil && time.Since(at) > pl.inFlight:
+		case err == nil && (!mayLand || time.Since(at) > pl.inFlight):
 			tr.UnreserveIf(pod.UID, seq)
 			logger.V(2).Info("released the GPUs of a failed bind: the pod is unbound and no request can still land")
 			return
@@ -418,17 +422,20 @@ func (pl *GPUFit) bindFailed(ctx context.Context, rs *reserveState, pod *v1.Pod,
 		klog.FromContext(ctx).Info("the bind reported an error but the pod is bound: keeping it", "pod", klog.KObj(pod), "node", nodeName, "err", bindErr)
 		return true
 	}
-	// A definite answer from the server (not a timeout or a lost
-	// connection), and the pod seen unbound afterwards: nothing can land.
-	definite := isDefinite(bindErr) && err == nil && p.Spec.NodeName == ""
-	rs.bind.Store(&bindAttempt{notBound: definite, at: time.Now()})
+	// A definite answer (the server refused, or was never reached), and
+	// the pod seen unbound afterwards: nothing can land.
+	mayLand := !isDefinite(bindErr)
+	rs.bind.Store(&bindAttempt{notBound: !mayLand && err == nil && p.Spec.NodeName == "", mayLand: mayLand, at: time.Now()})
 	return false
 }
 
-// isDefinite reports whether an API error is the server's answer that the
-// request was not applied, rather than a timeout or a broken connection
-// after which it may still be.
+// isDefinite reports whether a bind error means the request was not applied
+// and cannot be later: the server's refusal, or a connection it never
+// accepted. After a timeout or a broken connection it may still be.
 func isDefinite(err error) bool {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		return false
