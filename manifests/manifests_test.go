@@ -4,6 +4,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
 
 func TestConfigMapIsCurrent(t *testing.T) {
@@ -27,5 +29,25 @@ func TestImageTagIsVersion(t *testing.T) {
 	want := "image: gpu-scheduler:" + strings.TrimSpace(string(v)) + "\n"
 	if !strings.Contains(string(Deployment), want) {
 		t.Errorf("deployment.yaml does not run %q", strings.TrimSpace(want))
+	}
+}
+
+// The admission policy freezes exactly the annotations a request is read
+// from.
+func TestAdmissionPolicyRequestKeys(t *testing.T) {
+	policy := string(AdmissionPolicy)
+	start := strings.Index(policy, "- name: requestKeys")
+	end := strings.Index(policy[start:], "- name: has")
+	if start < 0 || end < 0 {
+		t.Fatal("no requestKeys in admission-policy.yaml")
+	}
+	listed := policy[start : start+end]
+	for _, k := range gpu.RequestAnnotations {
+		if !strings.Contains(listed, "'"+k+"'") {
+			t.Errorf("admission-policy.yaml does not freeze %s", k)
+		}
+	}
+	if n := strings.Count(listed, "'"); n != 2*len(gpu.RequestAnnotations) {
+		t.Errorf("admission-policy.yaml lists %d keys, the code reads %d", n/2, len(gpu.RequestAnnotations))
 	}
 }

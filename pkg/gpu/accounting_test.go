@@ -288,3 +288,42 @@ func TestLearnerBounded(t *testing.T) {
 		t.Errorf("the common kind was pruned: %+v", l.Workload().Tasks())
 	}
 }
+
+// Shares without an assignment that fit the node only in some arrangement
+// are not an overcommit: best fit alone lays 500, 400, 300, 300, 250, 250 on
+// two devices as 500+400 | 300+300+250 and finds no room for the last 250,
+// while 500+250+250 | 400+300+300 fits exactly.
+func TestLayDownFindsPacking(t *testing.T) {
+	var pods []*v1.Pod
+	for i, m := range []int{500, 400, 300, 300, 250, 250} {
+		pods = append(pods, sharePod(fmt.Sprint("s", i), m, ""))
+	}
+	st := NewTracker(DefaultNodeOptions).Compute(node("n1", 2, 2, nil), pods, 0, 0, "", false)
+	if st.Overcommitted || st.Idle() != 0 {
+		t.Errorf("want a full node, not overcommitted: free %v overcommitted %v", st.Free[:2], st.Overcommitted)
+	}
+	// Our share placed in what the layout showed free stays consistent once
+	// its assignment is written: the node does not turn overcommitted.
+	others := []*v1.Pod{sharePod("a", 800, ""), sharePod("b", 700, ""), sharePod("c", 200, ""), sharePod("d", 200, "")}
+	tr := NewTracker(DefaultNodeOptions)
+	n := node("n1", 2, 2, nil)
+	st = tr.Compute(n, others, 0, 0, "", false)
+	req := Request{Milli: 100}
+	c, _, ok := DefaultScoring.Evaluate(st, &req, nil)
+	if !ok {
+		t.Fatalf("100 milli are free (%v) but do not fit", st.Free[:2])
+	}
+	ours := sharePod("ours", 100, NewAssignment("n1", c).String())
+	if st := tr.Compute(n, append(others, ours), 0, 0, "", false); st.Overcommitted || st.Idle() != 0 {
+		t.Errorf("our placement overcommitted the node: free %v", st.Free[:2])
+	}
+	// A hopeless instance ends within the search bound, overcommitted.
+	var many []*v1.Pod
+	for i := 0; i < 40; i++ {
+		many = append(many, sharePod(fmt.Sprint("m", i), 130+i, ""))
+	}
+	st = NewTracker(DefaultNodeOptions).Compute(node("n1", 4, 4, nil), many, 0, 0, "", false)
+	if !st.Overcommitted || st.Idle() < 0 {
+		t.Errorf("40 shares of 130-169 milli on 4 devices: want overcommitted, got %v", st.Free[:4])
+	}
+}

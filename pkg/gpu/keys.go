@@ -49,6 +49,15 @@ const (
 	ResourceNvidiaGPU = "nvidia.com/gpu"
 )
 
+// RequestAnnotations are the annotations ParseRequest reads: with the GPU
+// resources, they are what a pod holds. The admission policy freezes them on
+// bound pods.
+var RequestAnnotations = []string{
+	AnnotationMilli, AnnotationMemory, AnnotationModel,
+	AnnotationKAIFraction, AnnotationKAIMemory, AnnotationKAIFractionNumDevices,
+	AnnotationHAMiUseType, AnnotationHAMiNoUseType,
+}
+
 // MilliPerGPU is the capacity of one device in milli-GPU.
 const MilliPerGPU = 1000
 

@@ -67,7 +67,7 @@ func ReadInventory(node *v1.Node, opts NodeOptions) Inventory {
 }
 
 // parseGPUMemoryLabel reads MiB per device. Some GFD versions wrote bytes;
-// nothing has a TiB per device yet, so anything that large is bytes.
+// nothing has more than a TiB per device yet, so anything larger is bytes.
 func parseGPUMemoryLabel(v string) int64 {
 	if v == "" {
 		return 0
@@ -76,7 +76,7 @@ func parseGPUMemoryLabel(v string) int64 {
 	if err != nil || n <= 0 {
 		return 0
 	}
-	if n >= 1<<20 {
+	if n > MaxGPUMemoryMiB {
 		n >>= 20
 	}
 	if n > MaxGPUMemoryMiB {
@@ -330,11 +330,14 @@ type held struct {
 }
 
 // layDown places the pods whose devices are unknown on what the known ones
-// left, independently of the order they come in: largest first (whole GPUs
-// by count, then shares by size), each share on the tightest device that
-// fits it, whole GPUs on free devices from the highest index (our own
-// choices start from the lowest). One that fits nowhere marks the node
-// overcommitted and still takes what is left: conservative both ways.
+// left, independently of the order they come in (they are sorted first):
+// whole GPUs on fully free devices from the highest index (our own choices
+// start from the lowest; which free device does not matter), then the
+// shares, largest first, by an exact search for a packing that fits them
+// all (best fit is its first try, and usually succeeds). Only when no
+// packing exists is the node overcommitted: a pod that fits nowhere then
+// still takes what is left, so that what is shown free is never more than
+// what is free. The search is bounded; past the bound, best fit decides.
 func (s *NodeState) layDown(hs []held) {
 	slices.SortFunc(hs, func(a, b held) int {
 		if a.milli != b.milli {
@@ -345,49 +348,137 @@ func (s *NodeState) layDown(hs []held) {
 		}
 		return strings.Compare(a.order, b.order)
 	})
+	first := len(hs) // the first share
 	for i := range hs {
 		h := &hs[i]
+		if h.milli < MilliPerGPU && h.devices <= 1 {
+			first = i
+			break
+		}
 		h.fits = true
-		if h.milli >= MilliPerGPU || h.devices > 1 {
-			need := h.devices
+		need := h.devices
+		for d := int(s.Count) - 1; d >= 0 && need > 0; d-- {
+			if s.Free[d] == MilliPerGPU {
+				s.Free[d] = 0
+				need--
+			}
+		}
+		if need > 0 {
+			h.fits = false
+			s.Overcommitted = true
 			for d := int(s.Count) - 1; d >= 0 && need > 0; d-- {
-				if s.Free[d] == MilliPerGPU {
+				if s.Free[d] > 0 {
 					s.Free[d] = 0
 					need--
 				}
 			}
-			if need > 0 {
-				h.fits = false
-				for d := int(s.Count) - 1; d >= 0 && need > 0; d-- {
-					if s.Free[d] > 0 {
-						s.Free[d] = 0
-						need--
-					}
-				}
-			}
-		} else {
-			best := -1
-			for d := int(s.Count) - 1; d >= 0; d-- {
-				if s.Free[d] >= h.milli && (best < 0 || s.Free[d] < s.Free[best]) {
-					best = d
-				}
-			}
-			if best < 0 {
-				h.fits = false
-				for d := int(s.Count) - 1; d >= 0; d-- {
-					if best < 0 || s.Free[d] > s.Free[best] {
-						best = d
-					}
-				}
-			}
-			if best >= 0 {
-				s.Free[best] = max(s.Free[best]-h.milli, 0)
-			}
 		}
-		if !h.fits {
+	}
+	shares := hs[first:]
+	if len(shares) == 0 {
+		return
+	}
+	p := packer{free: s.Free, count: int(s.Count), budget: packBudget}
+	for i := range shares {
+		p.items = append(p.items, shares[i].milli)
+	}
+	p.at = make([]int, len(shares))
+	if p.pack(0) {
+		for i := range shares {
+			shares[i].fits = true
+			s.Free[p.at[i]] -= shares[i].milli
+		}
+		return
+	}
+	// No packing (or none found within the bound): best fit, and what
+	// does not fit takes the most free device.
+	for i := range shares {
+		h := &shares[i]
+		best, fits := tightestIn(&s.Free, int(s.Count), h.milli)
+		h.fits = fits
+		if best >= 0 {
+			s.Free[best] = max(s.Free[best]-h.milli, 0)
+		}
+		if !fits {
 			s.Overcommitted = true
 		}
 	}
+}
+
+// packBudget bounds the packing search (tries of an item on a device).
+const packBudget = 20000
+
+// packer searches for a placement of shares on devices, largest share first,
+// each tried on the tightest device that fits it first, devices with the same
+// room tried once.
+type packer struct {
+	free   [MaxDevices]int32
+	count  int
+	items  []int32
+	at     []int
+	budget int
+}
+
+func (p *packer) pack(i int) bool {
+	if i == len(p.items) {
+		return true
+	}
+	var left, room int64
+	for _, m := range p.items[i:] {
+		left += int64(m)
+	}
+	for d := 0; d < p.count; d++ {
+		room += int64(p.free[d])
+	}
+	if left > room {
+		return false
+	}
+	m := p.items[i]
+	var tried [MaxDevices]int32
+	nTried := 0
+	for {
+		// The tightest untried device that fits, highest index on ties.
+		best := -1
+		for d := p.count - 1; d >= 0; d-- {
+			f := p.free[d]
+			if f < m || (best >= 0 && f >= p.free[best]) || slices.Contains(tried[:nTried], f) {
+				continue
+			}
+			best = d
+		}
+		if best < 0 || p.budget <= 0 {
+			return false
+		}
+		p.budget--
+		tried[nTried] = p.free[best]
+		nTried++
+		p.free[best] -= m
+		p.at[i] = best
+		if p.pack(i + 1) {
+			return true
+		}
+		p.free[best] += m
+	}
+}
+
+// tightestIn is the device with the least room that fits milli (highest
+// index on ties); when none fits, the one with the most room, and false.
+func tightestIn(free *[MaxDevices]int32, count int, milli int32) (int, bool) {
+	best := -1
+	for d := count - 1; d >= 0; d-- {
+		if free[d] >= milli && (best < 0 || free[d] < free[best]) {
+			best = d
+		}
+	}
+	if best >= 0 {
+		return best, true
+	}
+	for d := count - 1; d >= 0; d-- {
+		if best < 0 || free[d] > free[best] {
+			best = d
+		}
+	}
+	return best, false
 }
 
 // Fit decides whether the request fits the node, without allocating. It

@@ -180,9 +180,19 @@ var sharedKeys = [...]string{AnnotationMilli, AnnotationKAIFraction, AnnotationM
 // ParseRequest reads a pod's GPU request. Invalid input returns an
 // *InvalidError; it is never ignored.
 func ParseRequest(pod *v1.Pod, opts RequestOptions) (Request, error) {
-	var r Request
+	r, err := parseGPURequest(pod, opts)
+	if err != nil {
+		return Request{}, err
+	}
 	r.CPU = min(podRequest(pod, v1.ResourceCPU, true), maxCPUMilli)
 	r.Memory = min(podRequest(pod, v1.ResourceMemory, true)>>20, maxMemoryMiB)
+	return r, nil
+}
+
+// parseGPURequest is ParseRequest without CPU and memory: what the device
+// accounting needs of every GPU pod on a node.
+func parseGPURequest(pod *v1.Pod, opts RequestOptions) (Request, error) {
+	var r Request
 	var whole int64
 	var wholeName v1.ResourceName
 	for _, name := range opts.ResourceNames {
@@ -333,6 +343,19 @@ func splitList(v, seps string, fold bool) []string {
 		out = append(out, p)
 	}
 	return out
+}
+
+// SameRequestAnnotations reports whether two versions of a pod carry the same
+// request annotations.
+func SameRequestAnnotations(a, b *v1.Pod) bool {
+	for _, k := range RequestAnnotations {
+		va, oka := a.Annotations[k]
+		vb, okb := b.Annotations[k]
+		if oka != okb || va != vb {
+			return false
+		}
+	}
+	return true
 }
 
 // WholeGPUs is the pod's request of whole-GPU resources, without parsing

@@ -205,7 +205,7 @@ func (t *Tracker) Explain(node *v1.Node, pods []*v1.Pod) ([]Holding, *NodeState)
 // be sized on this node (memory unknown, or larger than a device) holds a
 // whole device.
 func Holds(pod *v1.Pod, node string, inv *Inventory, opts RequestOptions) (devices, milli int32, a Assignment, agrees bool, ok bool) {
-	req, err := ParseRequest(pod, opts)
+	req, err := parseGPURequest(pod, opts)
 	if err != nil {
 		req = Request{Count: int32(min(WholeGPUs(pod, opts), MaxDevices+1))}
 	}
@@ -262,6 +262,9 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 		// A pod that asks for no device holds none, whatever its
 		// annotations say: a forged assignment on a CPU pod counts nothing.
 		if !reserved && !UsesGPU(pod, t.reqOpts) {
+			if v, has := pod.Annotations[AnnotationAssignment]; has && explain != nil {
+				note(pod, 0, 0, HoldRequest, "assignment "+strconv.Quote(v)+" on a pod that requests no GPU")
+			}
 			continue
 		}
 		devices, milli, a, agrees, ok := Holds(pod, node.Name, &st.Inventory, t.reqOpts)
@@ -289,8 +292,12 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 			continue
 		}
 		ignored := ""
-		if v, has := pod.Annotations[AnnotationAssignment]; has {
-			ignored = "assignment " + strconv.Quote(v) + " does not match the pod's request and node"
+		if v, has := pod.Annotations[AnnotationAssignment]; has && explain != nil {
+			// A device that went away (allocatable shrank) is the node's
+			// doing; anything else is an edited or stale annotation.
+			if pa, err := ParseAssignment(v); err != nil || pa.Node != node.Name || !pa.agrees(devices, milli, MaxDevices) {
+				ignored = "assignment " + strconv.Quote(v) + " does not match the pod's request and node"
+			}
 		}
 		at := note(pod, devices, milli, HoldRequest, ignored)
 		loose = append(loose, held{devices: devices, milli: milli, order: pod.Namespace + "/" + pod.Name + "/" + string(pod.UID), at: at})
@@ -302,7 +309,9 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 		}
 		if alive != nil && !(*alive)(uid, node.Name, r) {
 			// The pod is gone, or bound elsewhere: the reservation is stale.
+			// States cached with it are stale too.
 			delete(s.reservations, uid)
+			s.version.Add(1)
 			done = append(done, uid)
 			continue
 		}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 
+	v1 "k8s.io/api/core/v1"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	clientset "k8s.io/client-go/kubernetes"
 	resourceslicetracker "k8s.io/dynamic-resource-allocation/resourceslice/tracker"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler"
@@ -77,6 +79,8 @@ func NewFramework(ctx context.Context, profile *config.KubeSchedulerProfile, clu
 		frameworkruntime.WithSharedCSIManager(nodevolumelimits.NewCSIManager(informerFactory.Storage().V1().CSINodes().Lister())),
 		frameworkruntime.WithSnapshotSharedLister(cluster),
 		frameworkruntime.WithParallelism(parallelism),
+		// Offline there is no queue: nothing to move to it.
+		frameworkruntime.WithPodActivator(noQueue{}),
 	)
 	if err != nil {
 		return nil, nil, err
@@ -89,3 +93,8 @@ func NewFramework(ctx context.Context, profile *config.KubeSchedulerProfile, clu
 	}
 	return f, informerFactory, nil
 }
+
+// noQueue is the pod activator of a framework without a scheduling queue.
+type noQueue struct{}
+
+func (noQueue) Activate(klog.Logger, map[string]*v1.Pod) {}

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
@@ -34,6 +36,9 @@ const (
 	ReasonOvercommitted = "GPUOvercommitted"
 	ReasonResolved      = "GPUOvercommitResolved"
 	ReasonTooManyGPUs   = "TooManyGPUs"
+	// ReasonAssignmentIgnored is on a pod whose assignment does not agree
+	// with its request (edited, forged, or left from another node).
+	ReasonAssignmentIgnored = "GPUAssignmentIgnored"
 )
 
 var (
@@ -42,8 +47,8 @@ var (
 		Help: "Nodes whose bound pods hold more GPU than the node has; gpu-scheduler places no GPU pod there until they fit.",
 	})
 	overcommitted = metrics.NewGaugeVec(&metrics.GaugeOpts{
-		Subsystem: "gpu_scheduler", Name: "node_overcommitted_milli", StabilityLevel: metrics.ALPHA,
-		Help: "Per overcommitted node, the milli-GPU held by pods that do not fit its devices.",
+		Subsystem: "gpu_scheduler", Name: "node_overcommitted", StabilityLevel: metrics.ALPHA,
+		Help: "1 for each node whose bound pods hold more GPU than it has (no series for the others).",
 	}, []string{"node"})
 	refusedNodes = metrics.NewGauge(&metrics.GaugeOpts{
 		Subsystem: "gpu_scheduler", Name: "refused_nodes", StabilityLevel: metrics.ALPHA,
@@ -72,13 +77,23 @@ type Monitor struct {
 	active  func() bool
 	reqOpts gpu.RequestOptions
 	resync  time.Duration
-	queue   workqueue.TypedRateLimitingInterface[string]
+	// grace is how long a node must stay overcommitted before it is
+	// reported: a device plugin or kubelet that restarts reports no
+	// devices for a moment, and that is not worth a Warning.
+	grace time.Duration
+	queue workqueue.TypedRateLimitingInterface[string]
 
-	mu      sync.Mutex
-	over    map[string]bool // overcommitted, as last judged
-	told    map[string]bool // overcommitted, as last reported by Event
-	refused map[string]bool
+	mu          sync.Mutex
+	over        map[string]time.Time // overcommitted since, as last judged
+	told        map[string]bool      // overcommitted, as last reported by Event
+	refused     map[string]bool
+	toldRefused map[string]bool
+	// ignored are the pods told that their assignment does not count.
+	ignored map[types.UID]bool
 }
+
+// Grace is the default time a node must stay overcommitted to be reported.
+const Grace = 10 * time.Second
 
 // New wires the monitor to the informers; Run starts it.
 func New(src Source, pods, nodes cache.SharedIndexInformer, recorder events.EventRecorder, active func() bool,
@@ -86,10 +101,11 @@ func New(src Source, pods, nodes cache.SharedIndexInformer, recorder events.Even
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(overcommittedNodes, overcommitted, refusedNodes, reservations)
 	})
-	m := &Monitor{src: src, nodes: nodes, recorder: recorder, active: active, reqOpts: reqOpts, resync: resync,
+	m := &Monitor{src: src, nodes: nodes, recorder: recorder, active: active, reqOpts: reqOpts, resync: resync, grace: Grace,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpu-scheduler-overcommit"}),
-		over: map[string]bool{}, told: map[string]bool{}, refused: map[string]bool{}}
+		over: map[string]time.Time{}, told: map[string]bool{}, refused: map[string]bool{}, toldRefused: map[string]bool{},
+		ignored: map[types.UID]bool{}}
 	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) { m.onPod(nil, obj) },
 		UpdateFunc: func(old, obj interface{}) {
@@ -133,17 +149,25 @@ func (m *Monitor) onPod(old, obj interface{}) {
 	if !ok {
 		return
 	}
-	if o, ok := old.(*v1.Pod); ok && o.Spec.NodeName != "" && o.Spec.NodeName != p.Spec.NodeName {
+	o, _ := old.(*v1.Pod)
+	if o != nil && o.Spec.NodeName != "" && o.Spec.NodeName != p.Spec.NodeName {
 		m.queue.Add(o.Spec.NodeName)
 	}
-	if p.Spec.NodeName == "" || !gpu.UsesGPU(p, m.reqOpts) {
+	if p.Spec.NodeName == "" || !(m.holds(p) || (o != nil && m.holds(o))) {
 		return
 	}
-	if o, ok := old.(*v1.Pod); ok && o.Spec.NodeName == p.Spec.NodeName && o.Status.Phase == p.Status.Phase &&
-		o.Annotations[gpu.AnnotationAssignment] == p.Annotations[gpu.AnnotationAssignment] {
+	if o != nil && o.Spec.NodeName == p.Spec.NodeName && o.Status.Phase == p.Status.Phase &&
+		o.Annotations[gpu.AnnotationAssignment] == p.Annotations[gpu.AnnotationAssignment] &&
+		gpu.SameRequestAnnotations(o, p) && gpu.WholeGPUs(o, m.reqOpts) == gpu.WholeGPUs(p, m.reqOpts) {
 		return // a status change of a running pod: it holds what it held
 	}
 	m.queue.Add(p.Spec.NodeName)
+}
+
+// holds is whether a pod may hold devices, or claims to.
+func (m *Monitor) holds(p *v1.Pod) bool {
+	_, claims := p.Annotations[gpu.AnnotationAssignment]
+	return claims || gpu.UsesGPU(p, m.reqOpts)
 }
 
 func (m *Monitor) onNode(obj interface{}) {
@@ -168,6 +192,9 @@ func (m *Monitor) Run(ctx context.Context) {
 		// Judged nodes that are gone by now.
 		m.mu.Lock()
 		for n := range m.over {
+			m.queue.Add(n)
+		}
+		for n := range m.refused {
 			m.queue.Add(n)
 		}
 		m.mu.Unlock()
@@ -205,7 +232,11 @@ func (m *Monitor) check(ctx context.Context, name string) error {
 		node, _ = obj.(*v1.Node)
 	}
 	if node == nil {
-		m.set(name, false, false, 0)
+		m.set(name, false, false)
+		m.mu.Lock()
+		delete(m.told, name)
+		delete(m.toldRefused, name)
+		m.mu.Unlock()
 		return nil
 	}
 	pods, ok := m.src.PodsOnNode(name)
@@ -214,42 +245,53 @@ func (m *Monitor) check(ctx context.Context, name string) error {
 	}
 	holdings, st := m.src.Tracker().Explain(node, pods)
 	tooMany := st.TooMany()
-	var excess int64
-	var misfits, all []string
-	for _, h := range holdings {
-		desc := fmt.Sprintf("%s/%s %dx%dm (%s", h.Namespace, h.Name, h.Devices, h.Milli, h.Source)
-		if h.Ignored != "" {
-			desc += "; " + h.Ignored
-		}
-		desc += ")"
-		all = append(all, desc)
-		if !h.Fits {
-			misfits = append(misfits, h.Namespace+"/"+h.Name)
-			excess += int64(h.Devices) * int64(h.Milli)
-		}
-	}
-	sort.Strings(misfits)
-	over := st.Overcommitted
-	wasOver, told, wasRefused := m.set(name, over, tooMany, excess)
+	// A node we do not track is refused outright; its pods are not ours to
+	// judge.
+	over := st.Overcommitted && !tooMany
+	since := m.set(name, over, tooMany)
 	active := m.active == nil || m.active()
+	if !active {
+		return nil
+	}
+	m.mu.Lock()
+	told, toldRefused := m.told[name], m.toldRefused[name]
+	m.mu.Unlock()
 
-	if tooMany && !wasRefused {
+	m.tellIgnored(holdings)
+	if tooMany && !toldRefused {
 		logger.Info("node reports more GPUs than gpu-scheduler tracks; it takes no GPU pod of ours",
 			"node", klog.KObj(node), "gpus", st.Reported, "max", gpu.MaxDevices)
 		m.event(node, v1.EventTypeWarning, ReasonTooManyGPUs,
 			"node reports %d GPUs, more than gpu-scheduler tracks (%d): it takes no GPU pod scheduled by gpu-scheduler", st.Reported, gpu.MaxDevices)
+		m.mu.Lock()
+		m.toldRefused[name] = true
+		m.mu.Unlock()
 	}
 	switch {
-	case over && (!wasOver || (active && !told)):
-		if !active {
+	case over && !told:
+		if wait := m.grace - time.Since(since); wait > 0 {
+			m.queue.AddAfter(name, wait) // report it if it lasts
 			return nil
 		}
+		var misfits, all []string
+		for _, h := range holdings {
+			desc := fmt.Sprintf("%s/%s %dx%dm (%s", h.Namespace, h.Name, h.Devices, h.Milli, h.Source)
+			if h.Ignored != "" {
+				desc += "; " + h.Ignored
+			}
+			all = append(all, desc+")")
+			if !h.Fits {
+				misfits = append(misfits, h.Namespace+"/"+h.Name)
+			}
+		}
+		sort.Strings(misfits)
 		logger.Info("GPUs overcommitted: the pods bound to the node hold more than its devices have; no GPU pod of ours goes there until they fit",
-			"node", klog.KObj(node), "devices", st.Count, "doNotFit", misfits, "pods", all)
+			"node", klog.KObj(node), "devices", st.Count, "unhealthy", st.Unhealthy, "doNotFit", misfits, "pods", all)
 		note := "pods bound to this node hold more GPU than it has"
-		if len(misfits) > 0 {
+		switch {
+		case len(misfits) > 0:
 			note += "; counted beyond its devices: " + strings.Join(misfits, ", ")
-		} else {
+		default:
 			note += " (assignments collide on a device)"
 		}
 		m.event(node, v1.EventTypeWarning, ReasonOvercommitted, "%s; gpu-scheduler places no GPU pod here until they fit", note)
@@ -257,33 +299,64 @@ func (m *Monitor) check(ctx context.Context, name string) error {
 		m.told[name] = true
 		m.mu.Unlock()
 	case !over && told:
-		if active {
-			logger.Info("GPU overcommit resolved", "node", klog.KObj(node))
-			m.event(node, v1.EventTypeNormal, ReasonResolved, "the pods bound to this node fit its GPUs again")
-		}
+		logger.Info("GPU overcommit resolved", "node", klog.KObj(node))
+		m.event(node, v1.EventTypeNormal, ReasonResolved, "the pods bound to this node fit its GPUs again")
 		m.mu.Lock()
 		delete(m.told, name)
+		m.mu.Unlock()
+	}
+	if !tooMany {
+		m.mu.Lock()
+		delete(m.toldRefused, name)
 		m.mu.Unlock()
 	}
 	return nil
 }
 
+// tellIgnored puts an Event, once, on each pod whose assignment does not
+// count: an edited or forged annotation is worth knowing about.
+func (m *Monitor) tellIgnored(holdings []gpu.Holding) {
+	for _, h := range holdings {
+		if h.Ignored == "" {
+			continue
+		}
+		m.mu.Lock()
+		told := m.ignored[h.UID]
+		if !told {
+			if len(m.ignored) >= 100000 {
+				m.ignored = map[types.UID]bool{} // bounded; a reset only repeats an Event
+			}
+			m.ignored[h.UID] = true
+		}
+		m.mu.Unlock()
+		if told || m.recorder == nil {
+			continue
+		}
+		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: h.Namespace, Name: h.Name, UID: h.UID}}
+		m.recorder.Eventf(pod, nil, v1.EventTypeWarning, ReasonAssignmentIgnored, "Scheduling",
+			"%s: it counts for what it requests, not for the assignment", h.Ignored)
+	}
+}
+
 func (m *Monitor) event(node *v1.Node, typ, reason, note string, args ...any) {
-	if m.recorder == nil || (m.active != nil && !m.active()) {
+	if m.recorder == nil {
 		return
 	}
 	m.recorder.Eventf(node, nil, typ, reason, "Scheduling", note, args...)
 }
 
-// set records a node's verdict and keeps the gauges; it returns the previous
-// verdict and whether an Event said so.
-func (m *Monitor) set(name string, over, tooMany bool, excess int64) (wasOver, told, wasRefused bool) {
+// set records a node's verdict and keeps the gauges; it returns since when
+// the node is overcommitted.
+func (m *Monitor) set(name string, over, tooMany bool) time.Time {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	wasOver, told, wasRefused = m.over[name], m.told[name], m.refused[name]
+	since, was := m.over[name]
 	if over {
-		m.over[name] = true
-		overcommitted.WithLabelValues(name).Set(float64(excess))
+		if !was {
+			since = time.Now()
+			m.over[name] = since
+		}
+		overcommitted.WithLabelValues(name).Set(1)
 	} else {
 		delete(m.over, name)
 		overcommitted.DeleteLabelValues(name)
@@ -295,7 +368,7 @@ func (m *Monitor) set(name string, over, tooMany bool, excess int64) (wasOver, t
 	}
 	overcommittedNodes.Set(float64(len(m.over)))
 	refusedNodes.Set(float64(len(m.refused)))
-	return wasOver, told, wasRefused
+	return since
 }
 
 // Overcommitted lists the nodes judged overcommitted (tests, tools).

@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
@@ -67,6 +68,7 @@ func TestMonitorReportsOvercommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.grace = 0
 	nodes.GetStore().Add(gpuNode("n1", 4))
 	for i, a := range []string{"n1:0=300", "n1:1=300", "n1:2=300", "n1:3=300"} {
 		pods.GetStore().Add(gputest.BoundPod("ns", "share-"+string(rune('a'+i)), "n1", a))
@@ -109,7 +111,7 @@ func TestMonitorReportsOvercommit(t *testing.T) {
 }
 
 // A standby keeps the gauge but leaves Events to the leader; once it leads,
-// it reports what it already knows.
+// it reports what it already knows, the refused node included.
 func TestMonitorStandby(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
@@ -122,26 +124,92 @@ func TestMonitorStandby(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.grace = 0
 	nodes.GetStore().Add(gpuNode("n1", 1))
+	nodes.GetStore().Add(gpuNode("big", gpu.MaxDevices+8))
 	for _, n := range []string{"a", "b"} {
 		p := gputest.BoundPod("ns", n, "n1", "")
 		p.Spec.Containers[0].Resources.Requests = v1.ResourceList{gpu.ResourceNvidiaGPU: resource.MustParse("1")}
 		pods.GetStore().Add(p)
+		// Another scheduler's pods on a node we do not track are not ours
+		// to judge: refused, not overcommitted.
+		q := p.DeepCopy()
+		q.Name, q.UID, q.Spec.NodeName = "big-"+n, types.UID("big-"+n), "big"
+		pods.GetStore().Add(q)
 	}
 	m.check(ctx, "n1")
-	if len(m.Overcommitted()) != 1 || len(drain(rec)) != 0 {
-		t.Fatalf("standby: want judged, not told")
+	m.check(ctx, "big")
+	if got := m.Overcommitted(); len(got) != 1 || got[0] != "n1" || len(drain(rec)) != 0 {
+		t.Fatalf("standby: want n1 judged and nothing told, got %v", got)
 	}
 	leading = true
+	for i := 0; i < 2; i++ {
+		m.check(ctx, "n1")
+		m.check(ctx, "big")
+	}
+	evs := drain(rec)
+	if len(evs) != 2 || !strings.Contains(strings.Join(evs, "|"), ReasonOvercommitted) || !strings.Contains(strings.Join(evs, "|"), ReasonTooManyGPUs) {
+		t.Errorf("new leader: want one %s and one %s event, got %q", ReasonOvercommitted, ReasonTooManyGPUs, evs)
+	}
+}
+
+// A node that reports no devices for a moment (a device plugin restarting)
+// is overcommitted at once for placement and the gauge, but reported only if
+// it lasts.
+func TestMonitorGrace(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	f := informers.NewSharedInformerFactory(client, 0)
+	pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
+	rec := events.NewFakeRecorder(10)
+	m, err := New(&source{tracker: gpu.NewTracker(gpu.DefaultNodeOptions), pods: pods.GetIndexer()}, pods, nodes, rec,
+		func() bool { return true }, gpu.DefaultRequestOptions, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.grace = 300 * time.Millisecond
+	n := gpuNode("n1", 2)
+	n.Status.Allocatable[gpu.ResourceNvidiaGPU] = resource.MustParse("0")
+	nodes.GetStore().Add(n)
+	pods.GetStore().Add(gputest.BoundPod("ns", "a", "n1", "n1:0=1000"))
+	m.check(ctx, "n1")
+	if len(m.Overcommitted()) != 1 || len(drain(rec)) != 0 {
+		t.Fatalf("want judged at once, told only if it lasts")
+	}
+	time.Sleep(350 * time.Millisecond)
 	m.check(ctx, "n1")
 	if evs := drain(rec); len(evs) != 1 {
-		t.Errorf("new leader: want one event, got %q", evs)
+		t.Errorf("after the grace: want one event, got %q", evs)
 	}
-	// More devices than we track: refused, said once.
-	nodes.GetStore().Add(gpuNode("big", gpu.MaxDevices+8))
-	m.check(ctx, "big")
-	m.check(ctx, "big")
-	if evs := drain(rec); len(evs) != 1 || !strings.Contains(evs[0], ReasonTooManyGPUs) {
-		t.Errorf("want one %s event, got %q", ReasonTooManyGPUs, evs)
+}
+
+// An assignment that does not count (edited, forged on a CPU pod) is told
+// once, on the pod.
+func TestMonitorTellsIgnoredAssignments(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	f := informers.NewSharedInformerFactory(client, 0)
+	pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
+	rec := events.NewFakeRecorder(10)
+	m, err := New(&source{tracker: gpu.NewTracker(gpu.DefaultNodeOptions), pods: pods.GetIndexer()}, pods, nodes, rec,
+		func() bool { return true }, gpu.DefaultRequestOptions, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes.GetStore().Add(gpuNode("n1", 2))
+	edited := gputest.BoundPod("ns", "edited", "n1", "n1:0=500")
+	edited.Annotations[gpu.AnnotationAssignment] = "n1:0=1"
+	forged := gputest.BoundPod("ns", "forged", "n1", "")
+	forged.Annotations[gpu.AnnotationAssignment] = "n1:1=1000"
+	honest := gputest.BoundPod("ns", "honest", "n1", "n1:1=300")
+	for _, p := range []*v1.Pod{edited, forged, honest} {
+		pods.GetStore().Add(p)
+	}
+	m.check(ctx, "n1")
+	m.check(ctx, "n1")
+	evs := drain(rec)
+	all := strings.Join(evs, "|")
+	if len(evs) != 2 || !strings.Contains(all, `"n1:0=1" does not match`) || !strings.Contains(all, "requests no GPU") {
+		t.Errorf("want one event for each of edited and forged, got %q", evs)
 	}
 }

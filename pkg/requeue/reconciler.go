@@ -188,6 +188,10 @@ func (r *Reconciler) onNodeUpdate(old, obj interface{}) {
 	}
 }
 
+// MarkDirty asks for every pending pod to be reconciled against a fresh
+// view: devices were released without an event saying so.
+func (r *Reconciler) MarkDirty() { r.markDirty() }
+
 // markDirty asks for every pending pod to be reconciled against a fresh view.
 func (r *Reconciler) markDirty() {
 	select {
@@ -456,7 +460,10 @@ func (r *Reconciler) sweepReservations(ctx context.Context) {
 			p = obj.(*v1.Pod)
 		}
 		gone := p == nil || p.UID != e.UID
-		done := !gone && p.Spec.NodeName == e.Node && gpu.HasAssignment(p, e.Node) && time.Since(e.Since) > r.cfg.ReservationGrace
+		// Bound (here with its assignment, or by another binder, or
+		// elsewhere) for longer than the scheduler's cache needs to see it:
+		// the pod itself counts now.
+		done := !gone && p.Spec.NodeName != "" && time.Since(e.Since) > r.cfg.ReservationGrace
 		if (gone || done) && tr.Unreserve(e.UID) {
 			staleReservations.Inc()
 			klog.FromContext(ctx).V(3).Info("dropped a stale reservation", "pod", klog.KRef(e.Namespace, e.Name), "node", e.Node, "gone", gone)

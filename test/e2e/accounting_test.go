@@ -222,8 +222,29 @@ func TestAdmissionPolicy(t *testing.T) {
 		_, err := tenant.CoreV1().Pods(s.NS).Patch(s.Ctx, "share", types.MergePatchType, patch, metav1.PatchOptions{})
 		wantDenied(t, "tenant "+tc.what+"s the assignment", err, tc.msg)
 	}
+	// Nor can it change what its bound pod asks for: that is what it holds.
+	for _, v := range []any{"1", nil} {
+		patch := mergePatch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{gpu.AnnotationMilli: v}}})
+		_, err := tenant.CoreV1().Pods(s.NS).Patch(s.Ctx, "share", types.MergePatchType, patch, metav1.PatchOptions{})
+		wantDenied(t, fmt.Sprintf("tenant sets gpu-milli of a bound pod to %v", v), err, "the GPU request of a bound pod cannot change (gpu-scheduler.io/gpu-milli)")
+	}
+	patch := mergePatch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{gpu.AnnotationKAIFraction: "0.9"}}})
+	_, err = tenant.CoreV1().Pods(s.NS).Patch(s.Ctx, "share", types.MergePatchType, patch, metav1.PatchOptions{})
+	wantDenied(t, "tenant adds gpu-fraction to a bound pod", err, "gpu-fraction")
+	// A pending pod's request may be fixed: it is not placed yet.
+	pending := s.Pod(harness.PodSpec{Name: "pending", Milli: 999, Model: "no-such-model"})
+	if _, err := tenant.CoreV1().Pods(s.NS).Create(s.Ctx, pending, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.WaitUnschedulable(bindTimeout, "pending")
+	patch = mergePatch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{gpu.AnnotationModel: nil, gpu.AnnotationMilli: "400"}}})
+	if _, err := tenant.CoreV1().Pods(s.NS).Patch(s.Ctx, "pending", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Errorf("tenant fixes a pending pod's request: %v", err)
+	}
+	s.WaitBound(bindTimeout, "pending")
+
 	// Other annotations stay the tenant's to write.
-	patch := mergePatch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{"team": "a"}}})
+	patch = mergePatch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{"team": "a"}}})
 	if _, err := tenant.CoreV1().Pods(s.NS).Patch(s.Ctx, "share", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Errorf("tenant edits another annotation: %v", err)
 	}
@@ -255,6 +276,11 @@ func TestSchedulerLeastPrivilege(t *testing.T) {
 	if _, err := pods.Patch(s.Ctx, "victim", types.StrategicMergePatchType, cond, metav1.PatchOptions{}, "status"); err != nil {
 		t.Errorf("the pending reason must go through pods/status: %v", err)
 	}
+	// The legacy bindings route merges annotations onto the pod as well.
+	binding := &v1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: s.NS, Annotations: map[string]string{"x": "y"}},
+		Target: v1.ObjectReference{Kind: "Node", Name: "no-such-node"}}
+	err = sched.CoreV1().RESTClient().Post().Namespace(s.NS).Resource("bindings").Body(binding).Do(s.Ctx).Error()
+	wantDenied(t, "a binding with another annotation", err, "may carry only the gpu-scheduler.io/assignment annotation")
 	if p := s.Get("victim"); len(p.Labels) != 0 || p.Spec.ActiveDeadlineSeconds != nil {
 		t.Errorf("the pod was changed: labels %v, deadline %v", p.Labels, p.Spec.ActiveDeadlineSeconds)
 	}
@@ -364,10 +390,15 @@ func TestControlPlaneFailure(t *testing.T) {
 		t.Errorf("the fleet did not fill up after the outages: %d milli booked", booked)
 	}
 	// No reservation leaks: once nothing is in flight, none is held.
-	err = wait.PollUntilContextTimeout(s.Ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return metric(t, sched, "gpu_scheduler_reservations") == 0, nil
+	// A bind that failed without an answer holds its devices for up to
+	// 65 s (the API server's request timeout and a margin).
+	var left string
+	err = wait.PollUntilContextTimeout(s.Ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		v, ok := sched.Metric(ctx, "gpu_scheduler_reservations ")
+		left = v
+		return ok && v == "0", nil
 	})
 	if err != nil {
-		t.Errorf("reservations left: %v", metric(t, sched, "gpu_scheduler_reservations"))
+		t.Errorf("reservations left: %q (empty: the gauge is not exported)", left)
 	}
 }

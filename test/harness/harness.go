@@ -142,6 +142,12 @@ func (c *Cluster) ApplyAdmissionPolicy(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("the admission policy is not enforced (a forged assignment was accepted: %v)", last)
 	}
+	// And it lets an ordinary GPU pod through.
+	ok := probe.DeepCopy()
+	ok.Annotations = map[string]string{gpu.AnnotationMilli: "300"}
+	if _, err := c.Client.CoreV1().Pods(ok.Namespace).Create(ctx, ok, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		return fmt.Errorf("the admission policy refuses an ordinary GPU pod: %w", err)
+	}
 	return nil
 }
 
@@ -456,7 +462,7 @@ func CheckDevices(ctx context.Context, client kubernetes.Interface, allowed ...s
 		memMiB int64
 		// whole and shares are what pods without an agreeing assignment hold.
 		whole  int64
-		shares int64
+		shares []int64
 	}
 	info := map[string]*nodeInfo{}
 	for _, n := range nodes.Items {
@@ -514,7 +520,7 @@ func CheckDevices(ctx context.Context, client kubernetes.Interface, allowed ...s
 			if milli == gpu.MilliPerGPU {
 				ni.whole += devices
 			} else {
-				ni.shares += milli
+				ni.shares = append(ni.shares, milli)
 			}
 			continue
 		}
@@ -532,7 +538,8 @@ func CheckDevices(ctx context.Context, client kubernetes.Interface, allowed ...s
 	sort.Strings(names)
 	for _, n := range names {
 		ni := info[n]
-		var free, room int64
+		var free int64
+		var rooms []int64 // partly used devices
 		var over []string
 		for d := int64(0); d < ni.alloc; d++ {
 			m := int64(use[n][int(d)])
@@ -541,14 +548,20 @@ func CheckDevices(ctx context.Context, client kubernetes.Interface, allowed ...s
 			}
 			if m == 0 {
 				free++
+			} else if m < gpu.MilliPerGPU {
+				rooms = append(rooms, gpu.MilliPerGPU-m)
 			}
-			room += max(gpu.MilliPerGPU-m, 0)
 		}
 		if ni.whole > free {
 			over = append(over, fmt.Sprintf("%d whole GPUs of other binders but %d devices free", ni.whole, free))
-		}
-		if need := ni.whole*gpu.MilliPerGPU + ni.shares; need > room {
-			over = append(over, fmt.Sprintf("%d milli held without assignment but %d left", need, room))
+		} else {
+			for i := ni.whole; i < free; i++ {
+				rooms = append(rooms, gpu.MilliPerGPU)
+			}
+			sort.Slice(ni.shares, func(i, j int) bool { return ni.shares[i] > ni.shares[j] })
+			if !packs(ni.shares, rooms) {
+				over = append(over, fmt.Sprintf("shares %v without an assignment do not fit the room left %v", ni.shares, rooms))
+			}
 		}
 		if len(over) > 0 && !allow[n] {
 			problems = append(problems, n+": "+strings.Join(over, "; "))
@@ -558,6 +571,25 @@ func CheckDevices(ctx context.Context, client kubernetes.Interface, allowed ...s
 		return use, fmt.Errorf("device accounting broken:\n%s", strings.Join(problems, "\n"))
 	}
 	return use, nil
+}
+
+// packs reports whether the shares fit the devices' rooms, each on one
+// device: an exhaustive search, for the few shares a test has.
+func packs(shares, rooms []int64) bool {
+	if len(shares) == 0 {
+		return true
+	}
+	for i := range rooms {
+		if rooms[i] >= shares[0] {
+			rooms[i] -= shares[0]
+			ok := packs(shares[1:], rooms)
+			rooms[i] += shares[0]
+			if ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // IgnoreNotFound is for cleanup paths.

@@ -38,7 +38,7 @@ func TestProfilesShareAccounting(t *testing.T) {
 	a := sharedPod("a", "600").Obj()
 	b := sharedPod("b", "600").Obj()
 	newProfile := func(snapshot *cache.Snapshot) *GPUFit {
-		fh, err := frameworkruntime.NewFramework(tCtx, nil, nil, frameworkruntime.WithSnapshotSharedLister(snapshot),
+		fh, err := frameworkruntime.NewFramework(tCtx, nil, nil, frameworkruntime.WithSnapshotSharedLister(snapshot), frameworkruntime.WithPodActivator(&activator{}),
 			frameworkruntime.WithClientSet(client), frameworkruntime.WithInformerFactory(factory))
 		if err != nil {
 			t.Fatal(err)
@@ -203,12 +203,14 @@ func TestBindErrorKeepsDevices(t *testing.T) {
 
 // The devices of a bind that failed without an answer are released once the
 // pod is seen unbound after the window in which the request could still land,
-// and kept if it landed.
+// and kept if it landed. Meanwhile the pod is not scheduled again (that could
+// bind it twice, or move its hold while the first bind lands); then it is
+// activated.
 func TestBindErrorVerifiedRelease(t *testing.T) {
 	for _, landsLate := range []bool{false, true} {
 		t.Run(map[bool]string{false: "never lands", true: "lands late"}[landsLate], func(t *testing.T) {
 			tCtx := ktesting.Init(t)
-			e := newEnv(tCtx, t, nil, []*v1.Node{gpuNode("n", "1").Obj()}, nil)
+			e := newEnv(tCtx, t, nil, []*v1.Node{gpuNode("n", "1").Obj(), gpuNode("m", "1").Obj()}, nil)
 			e.pl.inFlight = 300 * time.Millisecond
 			pod := wholePod("p", "1").Obj()
 			if _, err := e.client.CoreV1().Pods("default").Create(tCtx, pod, metav1.CreateOptions{}); err != nil {
@@ -223,6 +225,10 @@ func TestBindErrorVerifiedRelease(t *testing.T) {
 				t.Fatal("bind must fail")
 			}
 			e.pl.Unreserve(tCtx, cs, pod, "n")
+			// A retry now could go to m and free n while the bind lands.
+			if _, s := e.pl.PreFilter(tCtx, framework.NewCycleState(), pod, nil); s.Code() != fwk.UnschedulableAndUnresolvable {
+				t.Errorf("retry while the bind is in doubt: %v", s)
+			}
 			if landsLate {
 				bound, _ := e.client.CoreV1().Pods("default").Get(tCtx, "p", metav1.GetOptions{})
 				bound.Spec.NodeName = "n"
@@ -231,10 +237,23 @@ func TestBindErrorVerifiedRelease(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			time.Sleep(time.Second)
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				_, doubt := e.pl.shared.InDoubt(pod.UID)
+				if !doubt || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
 			_, _, held := e.pl.shared.Tracker().Reserved(pod.UID)
 			if held != landsLate {
 				t.Errorf("reservation held %v, want %v", held, landsLate)
+			}
+			if got := e.act.activated(); landsLate != (len(got) == 0) {
+				t.Errorf("activated %v; want the pod activated only if it did not land", got)
+			}
+			if _, s := e.pl.PreFilter(tCtx, framework.NewCycleState(), pod, nil); !s.IsSuccess() {
+				t.Errorf("after the verdict the pod schedules again: %v", s)
 			}
 		})
 	}

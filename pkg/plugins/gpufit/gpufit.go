@@ -48,6 +48,7 @@ const (
 	ErrReasonTooManyDevices = "node(s) had more than 64 GPUs (more than gpu-scheduler tracks)"
 	ErrReasonOvercommitted  = "node(s) had GPUs overcommitted by the pods bound to them"
 	ErrReasonDevicesChanged = "node's free GPUs changed during scheduling"
+	ErrReasonBindInDoubt    = "the pod's previous bind failed but may still land; it waits until the API server says"
 )
 
 var reasons = map[gpu.Outcome]string{
@@ -132,7 +133,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 				return nil, err
 			}
 			resync := time.Duration(args.Requeue.ResyncPeriodSeconds) * time.Second
-			mon, err := overcommit.New(s, pods, nodes, h.EventRecorder(), pl.scheduling.Load, pl.reqOpts, resync)
+			mon, err := overcommit.New(s, pods, nodes, h.EventRecorder(), s.Scheduling, pl.reqOpts, resync)
 			if err != nil {
 				return nil, err
 			}
@@ -151,6 +152,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 			if err != nil {
 				return nil, err
 			}
+			s.OnRelease(rec.MarkDirty)
 			go rec.Run(ctx)
 		}
 	}
@@ -189,6 +191,7 @@ func (pl *GPUFit) watch(pods, nodes cache.SharedIndexInformer) error {
 			}
 			if p, ok := obj.(*v1.Pod); ok {
 				pl.shared.Tracker().Unreserve(p.UID)
+				pl.shared.ClearDoubt(p.UID)
 			}
 		},
 	}); err != nil {
@@ -234,6 +237,14 @@ func Sign(pod *v1.Pod, opts gpu.RequestOptions) ([]fwk.SignFragment, *fwk.Status
 // request (CPU) is still recorded for scoring and the learned workload.
 func (pl *GPUFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	pl.scheduling.Store(true)
+	pl.shared.SetScheduling()
+	if node, ok := pl.shared.InDoubt(pod.UID); ok {
+		// Its devices on node stay held; placing it again could bind it
+		// twice, or free them while the first bind lands. It is activated
+		// once the API server says.
+		klog.FromContext(ctx).V(4).Info("waiting for a doubtful bind", "pod", klog.KObj(pod), "node", node)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonBindInDoubt)
+	}
 	req, err := gpu.ParseRequest(pod, pl.reqOpts)
 	if err != nil {
 		klog.FromContext(ctx).V(4).Info("invalid GPU request", "pod", klog.KObj(pod), "err", err)
@@ -344,6 +355,7 @@ func (pl *GPUFit) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	}
 	if b := rs.bind.Load(); b != nil && !b.notBound {
 		klog.FromContext(ctx).V(2).Info("bind failed but may have landed: keeping the GPUs until the pod is seen", "pod", klog.KObj(pod), "node", rs.node)
+		pl.shared.MarkInDoubt(pod.UID, rs.node)
 		go pl.verifyRelease(pod, rs.node, rs.seq, b.at, b.mayLand)
 		return
 	}
@@ -351,15 +363,27 @@ func (pl *GPUFit) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 }
 
 // verifyRelease reads the pod from the API server until it knows whether the
-// failed bind landed, and releases the reservation only if it did not.
+// failed bind landed, and releases the reservation only if it did not. Then
+// the pod may be scheduled again (it is activated), and pods waiting for the
+// devices are told.
 func (pl *GPUFit) verifyRelease(pod *v1.Pod, node string, seq uint64, at time.Time, mayLand bool) {
 	logger := klog.FromContext(pl.ctx).WithValues("pod", klog.KObj(pod), "node", node)
 	tr := pl.shared.Tracker()
 	client := pl.handle.ClientSet()
+	released, pending := false, true
+	defer func() {
+		pl.shared.ClearDoubt(pod.UID)
+		if pending && pl.ctx.Err() == nil {
+			pl.handle.Activate(logger, map[string]*v1.Pod{pod.Namespace + "/" + pod.Name: pod})
+		}
+		if released {
+			pl.shared.Released()
+		}
+	}()
 	backoff := 100 * time.Millisecond
 	for {
 		if _, r, ok := tr.Reserved(pod.UID); !ok || r.Seq != seq {
-			return // replaced by a later cycle, or retired
+			return // replaced, or retired
 		}
 		var p *v1.Pod
 		var err error
@@ -372,20 +396,21 @@ func (pl *GPUFit) verifyRelease(pod *v1.Pod, node string, seq uint64, at time.Ti
 		}
 		switch {
 		case apierrors.IsNotFound(err) || (err == nil && p.UID != pod.UID):
-			tr.UnreserveIf(pod.UID, seq)
+			released, pending = tr.UnreserveIf(pod.UID, seq), false
 			logger.V(2).Info("released the GPUs of a failed bind: the pod is gone")
 			return
 		case err == nil && p.Spec.NodeName == node:
 			// Bound here after all: the assignment came with the binding
 			// and retires the reservation once the scheduler sees it.
+			pending = false
 			logger.V(2).Info("a bind reported as failed had landed: the GPUs stay held")
 			return
 		case err == nil && p.Spec.NodeName != "":
-			tr.UnreserveIf(pod.UID, seq)
+			released, pending = tr.UnreserveIf(pod.UID, seq), false
 			logger.V(2).Info("released the GPUs of a failed bind: the pod is bound elsewhere", "boundTo", p.Spec.NodeName)
 			return
 		case err == nil && (!mayLand || time.Since(at) > pl.inFlight):
-			tr.UnreserveIf(pod.UID, seq)
+			released = tr.UnreserveIf(pod.UID, seq)
 			logger.V(2).Info("released the GPUs of a failed bind: the pod is unbound and no request can still land")
 			return
 		}
@@ -479,7 +504,7 @@ func (pl *GPUFit) Bind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 	if client == nil {
 		return fwk.AsStatus(fmt.Errorf("no client to bind pod %s/%s", pod.Namespace, pod.Name))
 	}
-	rs.bind.Store(&bindAttempt{at: time.Now()})
+	rs.bind.Store(&bindAttempt{mayLand: true, at: time.Now()})
 	if err := client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
 		if pl.bindFailed(ctx, rs, pod, nodeName, err) {
 			return nil
@@ -498,8 +523,9 @@ func (pl *GPUFit) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 		return nil
 	}
 	// From here the default binder may bind the pod: a failure after this
-	// point is checked before the devices are released.
-	rs.bind.Store(&bindAttempt{at: time.Now()})
+	// point is checked before the devices are released. Its error is not
+	// seen here, so it may be one after which the bind still lands.
+	rs.bind.Store(&bindAttempt{mayLand: true, at: time.Now()})
 	value := gpu.NewAssignment(nodeName, rs.choice).String()
 	if pod.Annotations[gpu.AnnotationAssignment] == value {
 		return nil

@@ -132,20 +132,7 @@ func (pl *GPUFit) isSchedulableAfterTargetPodUpdate(logger klog.Logger, pod *v1.
 	return fwk.Queue, nil
 }
 
-var requestKeys = []string{
-	gpu.AnnotationMilli, gpu.AnnotationMemory, gpu.AnnotationModel,
-	gpu.AnnotationKAIFraction, gpu.AnnotationKAIMemory, gpu.AnnotationKAIFractionNumDevices,
-	gpu.AnnotationHAMiUseType, gpu.AnnotationHAMiNoUseType,
-}
-
 // sameGPURequest compares what ParseRequest reads, without parsing.
 func sameGPURequest(a, b *v1.Pod, opts gpu.RequestOptions) bool {
-	for _, k := range requestKeys {
-		va, oka := a.Annotations[k]
-		vb, okb := b.Annotations[k]
-		if oka != okb || va != vb {
-			return false
-		}
-	}
-	return gpu.WholeGPUs(a, opts) == gpu.WholeGPUs(b, opts)
+	return gpu.SameRequestAnnotations(a, b) && gpu.WholeGPUs(a, opts) == gpu.WholeGPUs(b, opts)
 }

@@ -38,6 +38,14 @@ type Accounting struct {
 	// once runs the process-wide set-up (event handlers, the overcommit
 	// monitor) for the first profile that asks.
 	once map[string]bool
+	// scheduling is set by any profile's first scheduling cycle: only the
+	// leader runs cycles.
+	scheduling atomic.Bool
+	// doubt holds the pods whose last bind failed but may still land, by
+	// UID, with the node: they are not scheduled again until it is known.
+	doubt sync.Map
+	// released are told when devices are released outside a cycle.
+	released []func()
 }
 
 type scoring struct {
@@ -131,6 +139,46 @@ func (s *Shared) Configure(opts gpu.NodeOptions) error {
 		a.tracker.Store(t)
 	}
 	return nil
+}
+
+// SetScheduling records that this process schedules (it leads).
+func (s *Shared) SetScheduling() { s.acc.scheduling.Store(true) }
+
+// Scheduling reports whether any profile of this process has scheduled.
+func (s *Shared) Scheduling() bool { return s.acc.scheduling.Load() }
+
+// MarkInDoubt records that the pod's bind to node failed but may land.
+func (s *Shared) MarkInDoubt(uid types.UID, node string) { s.acc.doubt.Store(uid, node) }
+
+// ClearDoubt forgets a pod's doubtful bind.
+func (s *Shared) ClearDoubt(uid types.UID) { s.acc.doubt.Delete(uid) }
+
+// InDoubt returns the node of the pod's doubtful bind, if any.
+func (s *Shared) InDoubt(uid types.UID) (string, bool) {
+	v, ok := s.acc.doubt.Load(uid)
+	if !ok {
+		return "", false
+	}
+	return v.(string), true
+}
+
+// OnRelease registers f to be called when devices are released outside a
+// scheduling cycle (a failed bind verified as not landed): pods waiting
+// for them are not told by any event.
+func (s *Shared) OnRelease(f func()) {
+	s.acc.mu.Lock()
+	defer s.acc.mu.Unlock()
+	s.acc.released = append(s.acc.released, f)
+}
+
+// Released tells the OnRelease listeners.
+func (s *Shared) Released() {
+	s.acc.mu.Lock()
+	fs := append([]func(){}, s.acc.released...)
+	s.acc.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
 }
 
 // Once reports true the first time a process-wide task is asked for, and
