@@ -322,12 +322,47 @@ func parseMemoryMiB(key, v string) (int64, error) {
 		}
 		return n, nil
 	}
+	// Only plain quantities (8Gi, 80G, 1.5Ti): the quantity parser takes
+	// exponents too, and with one like 9e-23372036854775807 it does not
+	// return. A tenant writes this string.
+	if !plainQuantity(s) {
+		return 0, invalid
+	}
 	q, err := resource.ParseQuantity(s)
 	if err != nil || q.Sign() <= 0 || q.Cmp(maxMemoryQuantity) > 0 {
 		return 0, invalid
 	}
 	const mib = 1 << 20
 	return (q.Value() + mib - 1) / mib, nil
+}
+
+// plainQuantity accepts decimal digits, at most one '.', and an optional
+// binary or decimal suffix, in at most 24 bytes.
+func plainQuantity(s string) bool {
+	if len(s) == 0 || len(s) > 24 {
+		return false
+	}
+	i, dot, digits := 0, false, 0
+	for ; i < len(s); i++ {
+		c := s[i]
+		if c >= '0' && c <= '9' {
+			digits++
+			continue
+		}
+		if c == '.' && !dot {
+			dot = true
+			continue
+		}
+		break
+	}
+	if digits == 0 {
+		return false
+	}
+	switch s[i:] {
+	case "", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "k", "M", "G", "T", "P", "E":
+		return true
+	}
+	return false
 }
 
 func splitList(v, seps string, fold bool) []string {
