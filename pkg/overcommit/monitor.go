@@ -29,6 +29,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/internal/objects"
 )
 
 // Event reasons on nodes.
@@ -126,8 +127,8 @@ func New(src Source, pods, nodes cache.SharedIndexInformer, recorder events.Even
 			o, ok1 := old.(*v1.Node)
 			n, ok2 := obj.(*v1.Node)
 			// Heartbeats change nothing a device count depends on.
-			if ok1 && ok2 && equalResources(o.Status.Allocatable, n.Status.Allocatable) &&
-				equalResources(o.Status.Capacity, n.Status.Capacity) && equalLabels(o.Labels, n.Labels) {
+			if ok1 && ok2 && objects.EqualResources(o.Status.Allocatable, n.Status.Allocatable) &&
+				objects.EqualResources(o.Status.Capacity, n.Status.Capacity) && objects.EqualLabels(o.Labels, n.Labels) {
 				return
 			}
 			m.onNode(obj)
@@ -381,28 +382,4 @@ func (m *Monitor) Overcommitted() []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func equalLabels(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
-func equalResources(a, b v1.ResourceList) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || v.Cmp(w) != 0 {
-			return false
-		}
-	}
-	return true
 }

@@ -22,18 +22,26 @@ import (
 
 type source struct {
 	tracker *gpu.Tracker
-	pods    cache.Indexer
+	pods    cache.Store
 }
 
-func (s *source) Tracker() *gpu.Tracker { return s.tracker }
-func (s *source) PodsOnNode(n string) ([]*v1.Pod, bool) {
-	var out []*v1.Pod
-	for _, o := range s.pods.List() {
-		if p := o.(*v1.Pod); p.Spec.NodeName == n {
-			out = append(out, p)
-		}
+func (s *source) Tracker() *gpu.Tracker                 { return s.tracker }
+func (s *source) PodsOnNode(n string) ([]*v1.Pod, bool) { return gputest.PodsOn(s.pods, n), true }
+
+// newMonitor is a monitor over informers that are not started: tests put
+// objects in their stores and call check.
+func newMonitor(t *testing.T, active func() bool) (*Monitor, cache.SharedIndexInformer, cache.SharedIndexInformer, *events.FakeRecorder) {
+	t.Helper()
+	f := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
+	pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
+	rec := events.NewFakeRecorder(10)
+	m, err := New(&source{tracker: gpu.NewTracker(gpu.DefaultNodeOptions), pods: pods.GetIndexer()}, pods, nodes, rec,
+		active, gpu.DefaultRequestOptions, time.Minute)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out, true
+	m.grace = 0
+	return m, pods, nodes, rec
 }
 
 func gpuNode(name string, gpus int64) *v1.Node {
@@ -59,16 +67,7 @@ func drain(r *events.FakeRecorder) []string {
 // and reports it resolved once the pod leaves.
 func TestMonitorReportsOvercommit(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	client := fake.NewClientset()
-	f := informers.NewSharedInformerFactory(client, 0)
-	pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
-	rec := events.NewFakeRecorder(10)
-	src := &source{tracker: gpu.NewTracker(gpu.DefaultNodeOptions), pods: pods.GetIndexer()}
-	m, err := New(src, pods, nodes, rec, func() bool { return true }, gpu.DefaultRequestOptions, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.grace = 0
+	m, pods, nodes, rec := newMonitor(t, func() bool { return true })
 	nodes.GetStore().Add(gpuNode("n1", 4))
 	for i, a := range []string{"n1:0=300", "n1:1=300", "n1:2=300", "n1:3=300"} {
 		pods.GetStore().Add(gputest.BoundPod("ns", "share-"+string(rune('a'+i)), "n1", a))
@@ -114,17 +113,8 @@ func TestMonitorReportsOvercommit(t *testing.T) {
 // it reports what it already knows, the refused node included.
 func TestMonitorStandby(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	client := fake.NewClientset()
-	f := informers.NewSharedInformerFactory(client, 0)
-	pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
-	rec := events.NewFakeRecorder(10)
 	leading := false
-	m, err := New(&source{tracker: gpu.NewTracker(gpu.DefaultNodeOptions), pods: pods.GetIndexer()}, pods, nodes, rec,
-		func() bool { return leading }, gpu.DefaultRequestOptions, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.grace = 0
+	m, pods, nodes, rec := newMonitor(t, func() bool { return leading })
 	nodes.GetStore().Add(gpuNode("n1", 1))
 	nodes.GetStore().Add(gpuNode("big", gpu.MaxDevices+8))
 	for _, n := range []string{"a", "b"} {
@@ -158,15 +148,7 @@ func TestMonitorStandby(t *testing.T) {
 // it lasts.
 func TestMonitorGrace(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	client := fake.NewClientset()
-	f := informers.NewSharedInformerFactory(client, 0)
-	pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
-	rec := events.NewFakeRecorder(10)
-	m, err := New(&source{tracker: gpu.NewTracker(gpu.DefaultNodeOptions), pods: pods.GetIndexer()}, pods, nodes, rec,
-		func() bool { return true }, gpu.DefaultRequestOptions, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, pods, nodes, rec := newMonitor(t, func() bool { return true })
 	m.grace = 300 * time.Millisecond
 	n := gpuNode("n1", 2)
 	n.Status.Allocatable[gpu.ResourceNvidiaGPU] = resource.MustParse("0")
@@ -187,15 +169,7 @@ func TestMonitorGrace(t *testing.T) {
 // once, on the pod.
 func TestMonitorTellsIgnoredAssignments(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	client := fake.NewClientset()
-	f := informers.NewSharedInformerFactory(client, 0)
-	pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
-	rec := events.NewFakeRecorder(10)
-	m, err := New(&source{tracker: gpu.NewTracker(gpu.DefaultNodeOptions), pods: pods.GetIndexer()}, pods, nodes, rec,
-		func() bool { return true }, gpu.DefaultRequestOptions, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, pods, nodes, rec := newMonitor(t, func() bool { return true })
 	nodes.GetStore().Add(gpuNode("n1", 2))
 	edited := gputest.BoundPod("ns", "edited", "n1", "n1:0=500")
 	edited.Annotations[gpu.AnnotationAssignment] = "n1:0=1"

@@ -25,6 +25,7 @@ import (
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fault"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/internal/objects"
 )
 
 // GPUState is the scheduler's device accounting (the GPU plugins' shared
@@ -183,7 +184,7 @@ func (r *Reconciler) onNodeUpdate(old, obj interface{}) {
 	}
 	// Heartbeats change nothing a pod could use.
 	if o.Spec.Unschedulable != n.Spec.Unschedulable || !equalTaints(o.Spec.Taints, n.Spec.Taints) ||
-		!equalLabels(o.Labels, n.Labels) || !equalResources(o.Status.Allocatable, n.Status.Allocatable) {
+		!objects.EqualLabels(o.Labels, n.Labels) || !objects.EqualResources(o.Status.Allocatable, n.Status.Allocatable) {
 		r.markDirty()
 	}
 }
@@ -498,30 +499,6 @@ func equalTaints(a, b []v1.Taint) bool {
 	}
 	for i := range a {
 		if !a[i].MatchTaint(&b[i]) || a[i].Value != b[i].Value {
-			return false
-		}
-	}
-	return true
-}
-
-func equalLabels(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
-func equalResources(a, b v1.ResourceList) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || v.Cmp(w) != 0 {
 			return false
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,40 +30,19 @@ type state struct {
 	pods    cache.Indexer
 }
 
-func (s *state) Tracker() *gpu.Tracker   { return s.tracker }
-func (s *state) Scoring() gpu.Scoring    { return gpu.DefaultScoring }
-func (s *state) Workload() *gpu.Workload { return nil }
-func (s *state) PodsOnNode(n string) ([]*v1.Pod, bool) {
-	var out []*v1.Pod
-	for _, o := range s.pods.List() {
-		if p := o.(*v1.Pod); p.Spec.NodeName == n {
-			out = append(out, p)
-		}
-	}
-	return out, true
-}
+func (s *state) Tracker() *gpu.Tracker                 { return s.tracker }
+func (s *state) Scoring() gpu.Scoring                  { return gpu.DefaultScoring }
+func (s *state) Workload() *gpu.Workload               { return nil }
+func (s *state) PodsOnNode(n string) ([]*v1.Pod, bool) { return gputest.PodsOn(s.pods, n), true }
 func (s *state) CurrentState(n *v1.Node) (*gpu.NodeState, bool) {
 	pods, _ := s.PodsOnNode(n.Name)
 	return s.tracker.Compute(n, pods, 0, 0, "", false), true
 }
 
-type activator struct {
-	mu  sync.Mutex
-	got []string
-}
-
-func (a *activator) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for k := range pods {
-		a.got = append(a.got, k)
-	}
-}
-
 type env struct {
 	r      *Reconciler
 	client *fake.Clientset
-	act    *activator
+	act    *gputest.Activator
 	pods   cache.Store
 	nodes  cache.Store
 	active bool
@@ -75,7 +53,7 @@ func newEnv(t *testing.T) *env {
 	client := fake.NewClientset()
 	f := informers.NewSharedInformerFactory(client, 0)
 	podInf, nodeInf := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
-	e := &env{client: client, act: &activator{}, pods: podInf.GetStore(), nodes: nodeInf.GetStore(), active: true}
+	e := &env{client: client, act: &gputest.Activator{}, pods: podInf.GetStore(), nodes: nodeInf.GetStore(), active: true}
 	st := &state{tracker: gpu.NewTracker(gpu.DefaultNodeOptions), pods: podInf.GetIndexer()}
 	r, err := New(Config{SchedulerName: gpu.SchedulerName, Workers: 1, ResyncPeriod: time.Minute, BackoffBase: time.Millisecond,
 		BackoffMax: time.Second, Explain: true}, st, e.act, client, podInf, nodeInf, gpu.DefaultRequestOptions,
@@ -152,8 +130,8 @@ func TestActivatesWhenANodeFits(t *testing.T) {
 	if err := e.reconcile(t, "p"); err != nil {
 		t.Fatal(err)
 	}
-	if len(e.act.got) != 1 || len(e.patches()) != 0 {
-		t.Errorf("want one activation and no write, got %v / %v", e.act.got, e.patches())
+	if len(e.act.Activated()) != 1 || len(e.patches()) != 0 {
+		t.Errorf("want one activation and no write, got %v / %v", e.act.Activated(), e.patches())
 	}
 }
 
@@ -167,8 +145,8 @@ func TestExplainsAndWritesOnlyOnChange(t *testing.T) {
 	}
 	want := "no node has a GPU with 500 milli free (closest: n1 gpu0, 400 free)"
 	ps := e.patches()
-	if len(ps) != 1 || !strings.Contains(ps[0], want) || len(e.act.got) != 0 {
-		t.Fatalf("want one write of %q, got %v (activations %v)", want, ps, e.act.got)
+	if len(ps) != 1 || !strings.Contains(ps[0], want) || len(e.act.Activated()) != 0 {
+		t.Fatalf("want one write of %q, got %v (activations %v)", want, ps, e.act.Activated())
 	}
 	// The informer now shows the reason: nothing changed, nothing is written.
 	if !strings.Contains(ps[0], `"type":"gpu-scheduler.io/PendingReason"`) {
@@ -253,8 +231,8 @@ func TestBookingWakesOnePodPerDevice(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(e.act.got) != 1 {
-		t.Errorf("want one activation, got %v", e.act.got)
+	if len(e.act.Activated()) != 1 {
+		t.Errorf("want one activation, got %v", e.act.Activated())
 	}
 }
 
@@ -267,8 +245,8 @@ func TestSkipsPodsBeingBound(t *testing.T) {
 	if err := e.reconcile(t, "p"); err != nil {
 		t.Fatal(err)
 	}
-	if len(e.act.got) != 0 || len(e.patches()) != 0 {
-		t.Errorf("acted on a pod being bound: %v %v", e.act.got, e.patches())
+	if len(e.act.Activated()) != 0 || len(e.patches()) != 0 {
+		t.Errorf("acted on a pod being bound: %v %v", e.act.Activated(), e.patches())
 	}
 }
 
@@ -278,8 +256,8 @@ func TestStandbyKeepsOff(t *testing.T) {
 	e.add(t, gpuNode("n1", 1, "T4"), pendingPod("p", nil, 1), pendingPod("q", nil, 4))
 	e.reconcile(t, "p")
 	e.reconcile(t, "q")
-	if len(e.act.got) != 0 || len(e.patches()) != 0 {
-		t.Errorf("a standby acted: %v %v", e.act.got, e.patches())
+	if len(e.act.Activated()) != 0 || len(e.patches()) != 0 {
+		t.Errorf("a standby acted: %v %v", e.act.Activated(), e.patches())
 	}
 }
 
@@ -291,7 +269,7 @@ func TestSkipsBoundAndGone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(e.act.got) != 0 || len(e.patches()) != 0 {
+	if len(e.act.Activated()) != 0 || len(e.patches()) != 0 {
 		t.Errorf("acted on a bound or missing pod")
 	}
 }

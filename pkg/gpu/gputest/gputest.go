@@ -3,11 +3,14 @@ package gputest
 
 import (
 	"fmt"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
@@ -38,4 +41,38 @@ func BoundPod(namespace, name, node, assignment string) *v1.Pod {
 	c.Resources.Requests = v1.ResourceList{gpu.ResourceNvidiaGPU: q}
 	c.Resources.Limits = v1.ResourceList{gpu.ResourceNvidiaGPU: q}
 	return p
+}
+
+// Activator records the pods moved back to the active queue (a framework
+// handle's PodActivator, for tests).
+type Activator struct {
+	mu  sync.Mutex
+	got []string
+}
+
+// Activate records the pods' keys.
+func (a *Activator) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k := range pods {
+		a.got = append(a.got, k)
+	}
+}
+
+// Activated lists the keys activated so far.
+func (a *Activator) Activated() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.got...)
+}
+
+// PodsOn lists the pods in an informer's store that are bound to node.
+func PodsOn(store cache.Store, node string) []*v1.Pod {
+	var out []*v1.Pod
+	for _, o := range store.List() {
+		if p := o.(*v1.Pod); p.Spec.NodeName == node {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu/gputest"
 )
 
 // Two profiles of one scheduler share its informers; they must share the
@@ -38,7 +39,7 @@ func TestProfilesShareAccounting(t *testing.T) {
 	a := sharedPod("a", "600").Obj()
 	b := sharedPod("b", "600").Obj()
 	newProfile := func(snapshot *cache.Snapshot) *GPUFit {
-		fh, err := frameworkruntime.NewFramework(tCtx, nil, nil, frameworkruntime.WithSnapshotSharedLister(snapshot), frameworkruntime.WithPodActivator(&activator{}),
+		fh, err := frameworkruntime.NewFramework(tCtx, nil, nil, frameworkruntime.WithSnapshotSharedLister(snapshot), frameworkruntime.WithPodActivator(&gputest.Activator{}),
 			frameworkruntime.WithClientSet(client), frameworkruntime.WithInformerFactory(factory))
 		if err != nil {
 			t.Fatal(err)
@@ -249,7 +250,7 @@ func TestBindErrorVerifiedRelease(t *testing.T) {
 			if held != landsLate {
 				t.Errorf("reservation held %v, want %v", held, landsLate)
 			}
-			if got := e.act.activated(); landsLate != (len(got) == 0) {
+			if got := e.act.Activated(); landsLate != (len(got) == 0) {
 				t.Errorf("activated %v; want the pod activated only if it did not land", got)
 			}
 			if _, s := e.pl.PreFilter(tCtx, framework.NewCycleState(), pod, nil); !s.IsSuccess() {

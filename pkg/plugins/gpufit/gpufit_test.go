@@ -58,7 +58,7 @@ type testEnv struct {
 	snapshot *cache.Snapshot
 	client   *fake.Clientset
 	factory  informers.SharedInformerFactory
-	act      *activator
+	act      *gputest.Activator
 }
 
 // newEnv builds a framework handle over a snapshot and the plugin on it.
@@ -68,7 +68,7 @@ func newEnv(tCtx context.Context, t *testing.T, args *config.GPUFitArgs, nodes [
 	client := fake.NewClientset()
 	factory := informers.NewSharedInformerFactory(client, 0)
 	snapshot := cache.NewSnapshot(pods, nodes)
-	act := &activator{}
+	act := &gputest.Activator{}
 	fh, err := frameworkruntime.NewFramework(tCtx, nil, nil,
 		frameworkruntime.WithPodActivator(act),
 		frameworkruntime.WithSnapshotSharedLister(snapshot),
@@ -96,26 +96,6 @@ func newEnv(tCtx context.Context, t *testing.T, args *config.GPUFitArgs, nodes [
 		}
 	}
 	return &testEnv{fh: fh, pl: p.(*GPUFit), snapshot: snapshot, client: client, factory: factory, act: act}
-}
-
-// activator records the pods moved back to the active queue.
-type activator struct {
-	mu  sync.Mutex
-	got []string
-}
-
-func (a *activator) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for k := range pods {
-		a.got = append(a.got, k)
-	}
-}
-
-func (a *activator) activated() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]string(nil), a.got...)
 }
 
 func (e *testEnv) nodeInfo(t *testing.T, name string) fwk.NodeInfo {
