@@ -50,4 +50,10 @@ func TestAdmissionPolicyRequestKeys(t *testing.T) {
 	if n := strings.Count(listed, "'"); n != 2*len(gpu.RequestAnnotations) {
 		t.Errorf("admission-policy.yaml lists %d keys, the code reads %d", n/2, len(gpu.RequestAnnotations))
 	}
+	// The binding policy keeps them off bindings too.
+	for _, k := range gpu.RequestAnnotations {
+		if n := strings.Count(policy, "'"+k+"'"); n != 2 {
+			t.Errorf("%s is named %d times in admission-policy.yaml, want 2 (requests and bindings)", k, n)
+		}
+	}
 }

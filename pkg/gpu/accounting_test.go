@@ -327,3 +327,27 @@ func TestLayDownFindsPacking(t *testing.T) {
 		t.Errorf("40 shares of 130-169 milli on 4 devices: want overcommitted, got %v", st.Free[:4])
 	}
 }
+
+// BenchmarkLayDownAwkward is the bounded worst case a tenant can cause: a
+// node full of assignment-less shares of awkward sizes that do not pack, so
+// every rebuild runs the search to its bound.
+func BenchmarkLayDownAwkward(b *testing.B) {
+	for _, devices := range []int64{8, 64} {
+		b.Run(fmt.Sprint(devices, "-devices"), func(b *testing.B) {
+			// 2.5 shares of 380-420 per device: they fit by the total,
+			// and no arrangement fits them.
+			var pods []*v1.Pod
+			for i := int64(0); i < devices*5/2; i++ {
+				pods = append(pods, sharePod(fmt.Sprint("m", i), 380+int(i%5)*10, ""))
+			}
+			n := node("n1", devices, devices, nil)
+			tr := NewTracker(DefaultNodeOptions)
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if st := tr.Compute(n, pods, 0, 0, "", false); !st.Overcommitted {
+					b.Fatal("packed")
+				}
+			}
+		})
+	}
+}

@@ -378,11 +378,18 @@ func (s *NodeState) layDown(hs []held) {
 	if len(shares) == 0 {
 		return
 	}
-	p := packer{free: s.Free, count: int(s.Count), budget: packBudget}
+	p := packer{free: s.Free, count: int(s.Count), budget: packBudget * 8 / max(int(s.Count), 8)}
 	for i := range shares {
 		p.items = append(p.items, shares[i].milli)
 	}
 	p.at = make([]int, len(shares))
+	p.left = make([]int64, len(shares)+1)
+	for i := len(shares) - 1; i >= 0; i-- {
+		p.left[i] = p.left[i+1] + int64(shares[i].milli)
+	}
+	for d := 0; d < p.count; d++ {
+		p.room += int64(p.free[d])
+	}
 	if p.pack(0) {
 		for i := range shares {
 			shares[i].fits = true
@@ -405,17 +412,23 @@ func (s *NodeState) layDown(hs []held) {
 	}
 }
 
-// packBudget bounds the packing search (tries of an item on a device).
+// packBudget bounds the packing search (tries of a share on a device) on a
+// node of 8 devices or fewer; larger nodes get proportionally fewer tries,
+// each of which scans more devices. A tenant can bind pods of awkward sizes
+// to a node, and every rebuild of it runs the search.
 const packBudget = 20000
 
 // packer searches for a placement of shares on devices, largest share first,
-// each tried on the tightest device that fits it first, devices with the same
-// room tried once.
+// each tried on the tightest device that fits it first, then on devices with
+// more room, each amount of room once (devices with the same room are
+// interchangeable).
 type packer struct {
 	free   [MaxDevices]int32
 	count  int
 	items  []int32
 	at     []int
+	left   []int64 // left[i]: the sum of items[i:]
+	room   int64   // the sum of free
 	budget int
 }
 
@@ -423,41 +436,32 @@ func (p *packer) pack(i int) bool {
 	if i == len(p.items) {
 		return true
 	}
-	var left, room int64
-	for _, m := range p.items[i:] {
-		left += int64(m)
-	}
-	for d := 0; d < p.count; d++ {
-		room += int64(p.free[d])
-	}
-	if left > room {
+	if p.left[i] > p.room {
 		return false
 	}
 	m := p.items[i]
-	var tried [MaxDevices]int32
-	nTried := 0
+	last := int32(-1) // the room tried last; the next try has more
 	for {
-		// The tightest untried device that fits, highest index on ties.
 		best := -1
 		for d := p.count - 1; d >= 0; d-- {
 			f := p.free[d]
-			if f < m || (best >= 0 && f >= p.free[best]) || slices.Contains(tried[:nTried], f) {
-				continue
+			if f >= m && f > last && (best < 0 || f < p.free[best]) {
+				best = d
 			}
-			best = d
 		}
 		if best < 0 || p.budget <= 0 {
 			return false
 		}
 		p.budget--
-		tried[nTried] = p.free[best]
-		nTried++
+		last = p.free[best]
 		p.free[best] -= m
+		p.room -= int64(m)
 		p.at[i] = best
 		if p.pack(i + 1) {
 			return true
 		}
 		p.free[best] += m
+		p.room += int64(m)
 	}
 }
 

@@ -299,7 +299,7 @@ func (m *Monitor) check(ctx context.Context, name string) error {
 		m.mu.Lock()
 		m.told[name] = true
 		m.mu.Unlock()
-	case !over && told:
+	case !over && told && !tooMany:
 		logger.Info("GPU overcommit resolved", "node", klog.KObj(node))
 		m.event(node, v1.EventTypeNormal, ReasonResolved, "the pods bound to this node fit its GPUs again")
 		m.mu.Lock()

@@ -146,6 +146,8 @@ func (v *view) check(logger klog.Logger, pod *v1.Pod, req *gpu.Request, sc gpu.S
 			parts = append(parts, fmt.Sprintf(format, n, plural(n)))
 		}
 	}
+	add(outcomes[gpu.Overcommitted], "GPUs overcommitted by the pods bound there on %d node%s")
+	add(outcomes[gpu.TooManyDevices], "more than 64 GPUs (not tracked) on %d node%s")
 	add(outcomes[gpu.ModelNotAllowed], "GPU model not allowed on %d node%s")
 	add(outcomes[gpu.TooFewDevices], "fewer GPUs than requested on %d node%s")
 	add(outcomes[gpu.ShareTooLarge], "GPUs with less memory than requested on %d node%s")

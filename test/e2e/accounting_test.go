@@ -89,11 +89,7 @@ func TestOvercommitByAnotherScheduler(t *testing.T) {
 		t.Errorf("the invariant check must report %s: %v", node, err)
 	}
 	s.Create(s.Pod(harness.PodSpec{Name: "more", Milli: 100}))
-	msg := s.WaitUnschedulable(bindTimeout, "more")
-	if !strings.Contains(msg, "overcommitted") {
-		t.Errorf("reason: %q", msg)
-	}
-	t.Logf("pending share: %s", msg)
+	t.Logf("pending share: %s", s.WaitReason(bindTimeout, "more", "overcommitted"))
 	t.Logf("node event: %s", nodeEvent(t, s, node, overcommit.ReasonOvercommitted, s.NS+"/train"))
 	if v, ok := leaderMetric(t, "gpu_scheduler_overcommitted_nodes"); ok && v < 1 {
 		t.Errorf("gpu_scheduler_overcommitted_nodes = %v", v)
@@ -231,6 +227,14 @@ func TestAdmissionPolicy(t *testing.T) {
 	patch := mergePatch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{gpu.AnnotationKAIFraction: "0.9"}}})
 	_, err = tenant.CoreV1().Pods(s.NS).Patch(s.Ctx, "share", types.MergePatchType, patch, metav1.PatchOptions{})
 	wantDenied(t, "tenant adds gpu-fraction to a bound pod", err, "gpu-fraction")
+	// A binding by anyone else cannot carry an assignment (it merges its
+	// annotations into the pod).
+	loose := s.Pod(harness.PodSpec{Name: "loose", Scheduler: "nobody", GPUs: 1})
+	s.Create(loose)
+	forgedBinding := &v1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "loose", Namespace: s.NS,
+		Annotations: map[string]string{gpu.AnnotationAssignment: node + ":0=1000"}}, Target: v1.ObjectReference{Kind: "Node", Name: node}}
+	err = cluster.Client.CoreV1().Pods(s.NS).Bind(s.Ctx, forgedBinding, metav1.CreateOptions{})
+	wantDenied(t, "someone else's binding with an assignment", err, "may carry neither gpu-scheduler.io/assignment")
 	// A pending pod's request may be fixed: it is not placed yet.
 	pending := s.Pod(harness.PodSpec{Name: "pending", Milli: 999, Model: "no-such-model"})
 	if _, err := tenant.CoreV1().Pods(s.NS).Create(s.Ctx, pending, metav1.CreateOptions{}); err != nil {

@@ -400,6 +400,38 @@ func (s *Scope) WaitUnschedulable(timeout time.Duration, name string) string {
 	return msg
 }
 
+// WaitReason waits until the pod, unbound, explains that it waits for a
+// reason containing want: in its PodScheduled condition (the scheduler's last
+// cycle) or in gpu-scheduler's PendingReason condition (kept current by its
+// reconciler, also when no new cycle runs).
+func (s *Scope) WaitReason(timeout time.Duration, name, want string) string {
+	s.T.Helper()
+	var got []string
+	err := wait.PollUntilContextTimeout(s.Ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		p, err := s.C.Client.CoreV1().Pods(s.NS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if p.Spec.NodeName != "" {
+			return false, fmt.Errorf("pod %s was bound to %s", name, p.Spec.NodeName)
+		}
+		got = got[:0]
+		for _, c := range p.Status.Conditions {
+			if (c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse) || c.Type == gpu.ConditionPending {
+				got = append(got, c.Message)
+				if strings.Contains(c.Message, want) {
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		s.T.Fatalf("pod %s does not wait for %q: %v; its reasons: %q", name, want, err, got)
+	}
+	return strings.Join(got, " | ")
+}
+
 // Events returns the messages of a pod's events with the given reason (core
 // and events.k8s.io events both land in core/v1 Events).
 func (s *Scope) Events(name, reason string) []string {

@@ -170,7 +170,7 @@ func TestBindErrorKeepsDevices(t *testing.T) {
 			tCtx := ktesting.Init(t)
 			node := gpuNode("n", "1").Obj()
 			e := newEnv(tCtx, t, nil, []*v1.Node{node}, nil)
-			e.pl.inFlight = time.Hour
+			e.pl.inFlight.Store(int64(time.Hour))
 			pod := wholePod("p", "1").Obj()
 			if _, err := e.client.CoreV1().Pods("default").Create(tCtx, pod, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
@@ -212,7 +212,7 @@ func TestBindErrorVerifiedRelease(t *testing.T) {
 		t.Run(map[bool]string{false: "never lands", true: "lands late"}[landsLate], func(t *testing.T) {
 			tCtx := ktesting.Init(t)
 			e := newEnv(tCtx, t, nil, []*v1.Node{gpuNode("n", "1").Obj(), gpuNode("m", "1").Obj()}, nil)
-			e.pl.inFlight = 300 * time.Millisecond
+			e.pl.inFlight.Store(int64(300 * time.Millisecond))
 			pod := wholePod("p", "1").Obj()
 			if _, err := e.client.CoreV1().Pods("default").Create(tCtx, pod, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
@@ -225,23 +225,34 @@ func TestBindErrorVerifiedRelease(t *testing.T) {
 			if s := e.pl.Bind(tCtx, cs, pod, "n"); s.IsSuccess() {
 				t.Fatal("bind must fail")
 			}
-			e.pl.Unreserve(tCtx, cs, pod, "n")
-			// A retry now could go to m and free n while the bind lands.
-			if _, s := e.pl.PreFilter(tCtx, framework.NewCycleState(), pod, nil); s.Code() != fwk.UnschedulableAndUnresolvable {
-				t.Errorf("retry while the bind is in doubt: %v", s)
-			}
 			if landsLate {
+				// It lands on the server before the read back (no timing
+				// race with the 300 ms window).
 				bound, _ := e.client.CoreV1().Pods("default").Get(tCtx, "p", metav1.GetOptions{})
 				bound.Spec.NodeName = "n"
 				bound.Annotations = map[string]string{gpu.AnnotationAssignment: "n:0=1000"}
 				if _, err := e.client.CoreV1().Pods("default").Update(tCtx, bound, metav1.UpdateOptions{}); err != nil {
 					t.Fatal(err)
 				}
+			} else {
+				e.pl.inFlight.Store(int64(time.Hour)) // released only once the test lets it
+			}
+			e.pl.Unreserve(tCtx, cs, pod, "n")
+			if !landsLate {
+				// A retry now could go to m and free n while the bind lands.
+				if _, s := e.pl.PreFilter(tCtx, framework.NewCycleState(), pod, nil); s.Code() != fwk.UnschedulableAndUnresolvable {
+					t.Errorf("retry while the bind is in doubt: %v", s)
+				}
+				if _, _, held := e.pl.shared.Tracker().Reserved(pod.UID); !held {
+					t.Errorf("released while the bind may land")
+				}
+				e.pl.inFlight.Store(int64(300 * time.Millisecond))
 			}
 			deadline := time.Now().Add(10 * time.Second)
 			for {
 				_, doubt := e.pl.shared.InDoubt(pod.UID)
-				if !doubt || time.Now().After(deadline) {
+				done := !doubt && (landsLate || len(e.act.Activated()) > 0)
+				if done || time.Now().After(deadline) {
 					break
 				}
 				time.Sleep(20 * time.Millisecond)

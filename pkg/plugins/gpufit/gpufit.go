@@ -73,15 +73,12 @@ type GPUFit struct {
 	args    *config.GPUFitArgs
 	reqOpts gpu.RequestOptions
 	hints   bool
-	// scheduling is set by the first scheduling cycle. Plugins exist on
-	// standbys too, but only the leader runs cycles (and a leader that loses
-	// the lease exits), so it tells the requeue reconciler it may act.
-	scheduling atomic.Bool
 	// ctx lives as long as the plugin: release checks run under it.
 	ctx context.Context
 	// inFlight is how long a bind whose outcome is unknown may still land on
 	// the server: the API server's default request timeout, plus margin.
-	inFlight time.Duration
+	// (Atomic: tests shorten it while a check runs.)
+	inFlight atomic.Int64
 }
 
 // bindInFlight is GPUFit.inFlight's default.
@@ -116,14 +113,14 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	pl := &GPUFit{
-		handle:   h,
-		shared:   s,
-		args:     args,
-		reqOpts:  gpu.RequestOptions{ResourceNames: opts.ResourceNames},
-		hints:    args.Requeue.QueueingHints,
-		ctx:      ctx,
-		inFlight: bindInFlight,
+		handle:  h,
+		shared:  s,
+		args:    args,
+		reqOpts: gpu.RequestOptions{ResourceNames: opts.ResourceNames},
+		hints:   args.Requeue.QueueingHints,
+		ctx:     ctx,
 	}
+	pl.inFlight.Store(int64(bindInFlight))
 	if f := h.SharedInformerFactory(); f != nil {
 		pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
 		// One accounting per process: its handlers and monitor run once,
@@ -133,7 +130,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 				return nil, err
 			}
 			resync := time.Duration(args.Requeue.ResyncPeriodSeconds) * time.Second
-			mon, err := overcommit.New(s, pods, nodes, h.EventRecorder(), s.Scheduling, pl.reqOpts, resync)
+			mon, err := overcommit.New(s, pods, nodes, h.EventRecorder(), s.Leading, pl.reqOpts, resync)
 			if err != nil {
 				return nil, err
 			}
@@ -148,7 +145,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 				BackoffMax:    time.Duration(r.BackoffMaxSeconds) * time.Second,
 				Explain:       r.ExplainPending,
 				ExplainEvery:  time.Duration(r.ExplainMinIntervalSeconds) * time.Second,
-			}, s, h, h.ClientSet(), pods, nodes, pl.reqOpts, pl.scheduling.Load)
+			}, s, h, h.ClientSet(), pods, nodes, pl.reqOpts, s.Leading)
 			if err != nil {
 				return nil, err
 			}
@@ -236,7 +233,8 @@ func Sign(pod *v1.Pod, opts gpu.RequestOptions) ([]fwk.SignFragment, *fwk.Status
 // PreFilter parses the request once. Pods without GPUs skip Filter, but their
 // request (CPU) is still recorded for scoring and the learned workload.
 func (pl *GPUFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	pl.scheduling.Store(true)
+	// Only the leader runs cycles: without leader election, this tells the
+	// reconciler and the monitor that this process may act.
 	pl.shared.SetScheduling()
 	if node, ok := pl.shared.InDoubt(pod.UID); ok {
 		// Its devices on node stay held; placing it again could bind it
@@ -409,14 +407,14 @@ func (pl *GPUFit) verifyRelease(pod *v1.Pod, node string, seq uint64, at time.Ti
 			released, pending = tr.UnreserveIf(pod.UID, seq), false
 			logger.V(2).Info("released the GPUs of a failed bind: the pod is bound elsewhere", "boundTo", p.Spec.NodeName)
 			return
-		case err == nil && (!mayLand || time.Since(at) > pl.inFlight):
+		case err == nil && (!mayLand || time.Since(at) > time.Duration(pl.inFlight.Load())):
 			released = tr.UnreserveIf(pod.UID, seq)
 			logger.V(2).Info("released the GPUs of a failed bind: the pod is unbound and no request can still land")
 			return
 		}
 		wait := backoff
 		if err == nil {
-			wait = min(backoff, time.Until(at.Add(pl.inFlight))+time.Millisecond)
+			wait = min(backoff, time.Until(at.Add(time.Duration(pl.inFlight.Load())))+time.Millisecond)
 		} else {
 			logger.V(3).Info("cannot read the pod to release its GPUs yet", "err", err)
 		}
@@ -488,11 +486,15 @@ func (pl *GPUFit) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *v1.P
 // the devices and spec.nodeName land together. Other pods are left to the
 // next binder.
 func (pl *GPUFit) Bind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
-	if pl.args.AssignmentWrite != config.WriteAtBind {
-		return fwk.NewStatus(fwk.Skip)
-	}
 	rs := readReserve(cs)
 	if rs == nil {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	if pl.args.AssignmentWrite != config.WriteAtBind {
+		// The next binder binds it: a failure from here on may be one
+		// after which the bind still lands, and its error is not seen
+		// here.
+		rs.bind.Store(&bindAttempt{mayLand: true, at: time.Now()})
 		return fwk.NewStatus(fwk.Skip)
 	}
 	binding := &v1.Binding{
@@ -522,10 +524,6 @@ func (pl *GPUFit) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	if rs == nil || pl.args.AssignmentWrite != config.WriteAtPreBind {
 		return nil
 	}
-	// From here the default binder may bind the pod: a failure after this
-	// point is checked before the devices are released. Its error is not
-	// seen here, so it may be one after which the bind still lands.
-	rs.bind.Store(&bindAttempt{mayLand: true, at: time.Now()})
 	value := gpu.NewAssignment(nodeName, rs.choice).String()
 	if pod.Annotations[gpu.AnnotationAssignment] == value {
 		return nil

@@ -11,10 +11,12 @@ import (
 	"reflect"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics/legacyregistry"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
@@ -41,6 +43,9 @@ type Accounting struct {
 	// scheduling is set by any profile's first scheduling cycle: only the
 	// leader runs cycles.
 	scheduling atomic.Bool
+	// leading caches Leading's answer.
+	leadingAt atomic.Int64
+	leading   atomic.Bool
 	// doubt holds the pods whose last bind failed but may still land, by
 	// UID, with the node: they are not scheduled again until it is known.
 	doubt sync.Map
@@ -144,8 +149,38 @@ func (s *Shared) Configure(opts gpu.NodeOptions) error {
 // SetScheduling records that this process schedules (it leads).
 func (s *Shared) SetScheduling() { s.acc.scheduling.Store(true) }
 
-// Scheduling reports whether any profile of this process has scheduled.
-func (s *Shared) Scheduling() bool { return s.acc.scheduling.Load() }
+// leaderMetric is the gauge kube-scheduler's leader election keeps, 1 while
+// this process holds the lease.
+const leaderMetric = "leader_election_master_status"
+
+// Leading reports whether this process leads: the leader-election gauge of
+// this process when leader election runs (read at most every 2 s), otherwise
+// whether it has run a scheduling cycle. Standbys keep their hands off the
+// cluster; a new leader with nothing to schedule still reports.
+func (s *Shared) Leading() bool {
+	a := s.acc
+	now := time.Now().UnixNano()
+	if now-a.leadingAt.Load() < int64(2*time.Second) {
+		return a.leading.Load()
+	}
+	v := a.scheduling.Load()
+	if mfs, err := legacyregistry.DefaultGatherer.Gather(); err == nil {
+		for _, mf := range mfs {
+			if mf.GetName() != leaderMetric {
+				continue
+			}
+			v = false
+			for _, m := range mf.GetMetric() {
+				if m.GetGauge().GetValue() == 1 {
+					v = true
+				}
+			}
+		}
+	}
+	a.leading.Store(v)
+	a.leadingAt.Store(now)
+	return v
+}
 
 // MarkInDoubt records that the pod's bind to node failed but may land.
 func (s *Shared) MarkInDoubt(uid types.UID, node string) { s.acc.doubt.Store(uid, node) }
