@@ -129,6 +129,7 @@ bench-throughput: binaries
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseRequest -fuzztime 60s ./pkg/gpu/
 	$(GO) test -run '^$$' -fuzz FuzzParseAssignment -fuzztime 60s ./pkg/gpu/
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./pkg/agent/hami/
 
 clean:
 	rm -rf $(BIN)
