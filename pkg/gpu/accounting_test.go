@@ -351,3 +351,23 @@ func BenchmarkLayDownAwkward(b *testing.B) {
 		})
 	}
 }
+
+// A CPU-only pod ranks a refused node (more devices than we track) the same
+// whether scored from the node's accounting alone or from its device state:
+// it is a GPU node either way.
+func TestCPUOnlyOnRefusedNode(t *testing.T) {
+	sc := Scoring{Policy: Fragmentation, NodePriority: true}
+	wl, err := NewWorkload([]Task{{CPU: 1000, Milli: 500, Count: 1, Weight: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Request{CPU: 1000}
+	for _, n := range []int64{0, 8, MaxDevices + 16} {
+		st := NewTracker(DefaultNodeOptions).Compute(node("n1", n, n, nil), nil, 64000, 1<<20, "", false)
+		_, full, _ := sc.Evaluate(st, &r, wl)
+		quick, ok := sc.CPUOnlyQuick(n > 0, "n1", 64000, 1<<20, &r, wl)
+		if !ok || quick != full {
+			t.Errorf("%d devices: quick %d (ok %v), from the device state %d", n, quick, ok, full)
+		}
+	}
+}

@@ -63,6 +63,9 @@ type Reservation struct {
 	// Seq identifies this reservation among the pod's successive ones
 	// (set by Reserve), so that a late release drops only its own.
 	Seq uint64
+	// Uncertain is set while the pod's bind failed in a way that may still
+	// land: the pod is not scheduled again until that is known.
+	Uncertain bool
 }
 
 // NewTracker reads nodes and pods with the given options.
@@ -381,6 +384,29 @@ func (t *Tracker) Reserve(node string, uid types.UID, r Reservation) uint64 {
 	s.version.Add(1)
 	s.mu.Unlock()
 	return r.Seq
+}
+
+// SetUncertain marks or clears the pod's reservation with the given Seq as
+// one whose bind may still land. It reports whether that reservation is
+// still there.
+func (t *Tracker) SetUncertain(uid types.UID, seq uint64, v bool) bool {
+	node, r, ok := t.Reserved(uid)
+	if !ok || r.Seq != seq {
+		return false
+	}
+	s := t.slot(node, false)
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, ok := s.reservations[uid]
+	if !ok || cur.Seq != seq {
+		return false
+	}
+	cur.Uncertain = v
+	s.reservations[uid] = cur
+	return true
 }
 
 // UnreserveIf drops a pod's reservation only if it is still the one with

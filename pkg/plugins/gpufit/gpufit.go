@@ -188,7 +188,6 @@ func (pl *GPUFit) watch(pods, nodes cache.SharedIndexInformer) error {
 			}
 			if p, ok := obj.(*v1.Pod); ok {
 				pl.shared.Tracker().Unreserve(p.UID)
-				pl.shared.ClearDoubt(p.UID)
 			}
 		},
 	}); err != nil {
@@ -353,7 +352,7 @@ func (pl *GPUFit) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	}
 	if b := rs.bind.Load(); b != nil && !b.notBound {
 		klog.FromContext(ctx).V(2).Info("bind failed but may have landed: keeping the GPUs until the pod is seen", "pod", klog.KObj(pod), "node", rs.node)
-		pl.shared.MarkInDoubt(pod.UID, rs.node)
+		pl.shared.Tracker().SetUncertain(pod.UID, rs.seq, true)
 		go pl.verifyRelease(pod, rs.node, rs.seq, b.at, b.mayLand)
 		return
 	}
@@ -370,7 +369,6 @@ func (pl *GPUFit) verifyRelease(pod *v1.Pod, node string, seq uint64, at time.Ti
 	client := pl.handle.ClientSet()
 	released, pending := false, true
 	defer func() {
-		pl.shared.ClearDoubt(pod.UID)
 		if pending && pl.ctx.Err() == nil {
 			pl.handle.Activate(logger, map[string]*v1.Pod{pod.Namespace + "/" + pod.Name: pod})
 		}
@@ -400,6 +398,7 @@ func (pl *GPUFit) verifyRelease(pod *v1.Pod, node string, seq uint64, at time.Ti
 		case err == nil && p.Spec.NodeName == node:
 			// Bound here after all: the assignment came with the binding
 			// and retires the reservation once the scheduler sees it.
+			tr.SetUncertain(pod.UID, seq, false)
 			pending = false
 			logger.V(2).Info("a bind reported as failed had landed: the GPUs stay held")
 			return

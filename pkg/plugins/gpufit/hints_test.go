@@ -129,11 +129,14 @@ func TestQueueingHints(t *testing.T) {
 		// The pod still holds what it requests: a removed or rewritten
 		// assignment frees nothing.
 		"assignment removed frees nothing": {pending, []*v1.Node{full}, []*v1.Pod{withAnnotations(a), b}, "update", a, withAnnotations(a), fwk.QueueSkip, false},
-		"assignment forged to nothing": {pending, []*v1.Node{full}, []*v1.Pod{withAnnotations(a, gpu.AnnotationAssignment, "full:0=1"), b}, "update", a,
+		// A whole-GPU pod rewriting its assignment to 1 milli frees no room
+		// for a share (the old accounting saw 999 milli free).
+		"assignment forged to nothing": {pendingShared, []*v1.Node{full}, []*v1.Pod{withAnnotations(a, gpu.AnnotationAssignment, "full:0=1"), b}, "update", a,
 			withAnnotations(a, gpu.AnnotationAssignment, "full:0=1"), fwk.QueueSkip, false},
-		"assignment moves to another node": {pending, []*v1.Node{full}, []*v1.Pod{withAnnotations(a, gpu.AnnotationAssignment, "half:0=1000"), b}, "update", a,
-			withAnnotations(a, gpu.AnnotationAssignment, "half:0=1000"), fwk.QueueSkip, false},
-		"CPU pod's forged assignment flips": {pending, []*v1.Node{full}, []*v1.Pod{a, b}, "update", withAnnotations(cpuOnly, gpu.AnnotationAssignment, "full:0=1000"),
+		// A CPU pod dropping a forged claim frees nothing: it never held the
+		// device, so no pending pod waited for it (the old accounting saw a
+		// device freed and requeued).
+		"CPU pod's forged assignment removed": {pending, []*v1.Node{full}, []*v1.Pod{cpuOnly, b}, "update", withAnnotations(cpuOnly, gpu.AnnotationAssignment, "full:0=1000"),
 			cpuOnly, fwk.QueueSkip, false},
 
 		"own request changed":   {pending, nil, nil, "target", pendingShared, withAnnotations(pendingShared, gpu.AnnotationMilli, "100"), fwk.Queue, false},

@@ -46,9 +46,6 @@ type Accounting struct {
 	// leading caches Leading's answer.
 	leadingAt atomic.Int64
 	leading   atomic.Bool
-	// doubt holds the pods whose last bind failed but may still land, by
-	// UID, with the node: they are not scheduled again until it is known.
-	doubt sync.Map
 	// released are told when devices are released outside a cycle.
 	released []func()
 }
@@ -182,19 +179,11 @@ func (s *Shared) Leading() bool {
 	return v
 }
 
-// MarkInDoubt records that the pod's bind to node failed but may land.
-func (s *Shared) MarkInDoubt(uid types.UID, node string) { s.acc.doubt.Store(uid, node) }
-
-// ClearDoubt forgets a pod's doubtful bind.
-func (s *Shared) ClearDoubt(uid types.UID) { s.acc.doubt.Delete(uid) }
-
-// InDoubt returns the node of the pod's doubtful bind, if any.
+// InDoubt returns the node of the pod's last bind if that failed in a way
+// that may still land (its reservation is kept, marked uncertain).
 func (s *Shared) InDoubt(uid types.UID) (string, bool) {
-	v, ok := s.acc.doubt.Load(uid)
-	if !ok {
-		return "", false
-	}
-	return v.(string), true
+	node, r, ok := s.Tracker().Reserved(uid)
+	return node, ok && r.Uncertain
 }
 
 // OnRelease registers f to be called when devices are released outside a
