@@ -39,6 +39,10 @@ docker build -t "$IMAGE" --build-arg VERSION="$(cat VERSION)" .
 $KIND load docker-image "$IMAGE" --name "$CLUSTER"
 
 $KUBECTL apply -f manifests/
+# The suite's shares are on nodes without a device agent (no HAMi device
+# plugin here): it tests the accounting, as the local run does.
+$KUBECTL -n kube-system get configmap gpu-scheduler-config -o json |
+  sed 's/accountingOnlySharing: false/accountingOnlySharing: true/' | $KUBECTL apply -f -
 $KUBECTL -n kube-system set image deployment/gpu-scheduler gpu-scheduler="$IMAGE"
 $KUBECTL -n kube-system rollout status deployment/gpu-scheduler --timeout=180s
 

@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/fakehami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
 )
 
@@ -34,6 +35,10 @@ type Kubelet struct {
 	queue   workqueue.TypedRateLimitingInterface[string]
 	// HeartbeatPeriod is how often leases and Ready are renewed.
 	HeartbeatPeriod time.Duration
+	// HAMi is the device plugin of the nodes that register HAMi devices:
+	// pods there are admitted through it, as a kubelet's device manager
+	// calls the plugin before containers start.
+	HAMi *fakehami.Plugin
 }
 
 // New watches fake nodes and all bound pods.
@@ -44,6 +49,7 @@ func New(client kubernetes.Interface) *Kubelet {
 		factory:         f,
 		queue:           workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		HeartbeatPeriod: 10 * time.Second,
+		HAMi:            fakehami.New(client),
 	}
 	nodeInf := f.InformerFor(&v1.Node{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return coreinformers.NewFilteredNodeInformer(c, resync, cache.Indexers{}, func(o *metav1.ListOptions) {
@@ -135,6 +141,20 @@ func (k *Kubelet) syncPod(ctx context.Context, key string) error {
 		return nil
 	}
 	now := metav1.Now()
+	if o, ok, _ := k.nodes.GetByKey(pod.Spec.NodeName); ok && k.HAMi != nil && fakehami.Serves(o.(*v1.Node)) {
+		if err := k.HAMi.Admit(ctx, o.(*v1.Node), pod); err != nil {
+			// As the kubelet's device manager: the pod fails admission.
+			p := pod.DeepCopy()
+			p.Status.Phase = v1.PodFailed
+			p.Status.Reason = "UnexpectedAdmissionError"
+			p.Status.Message = "Allocate failed due to " + err.Error()
+			_, err = k.client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+			if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+				return nil
+			}
+			return err
+		}
+	}
 	p := pod.DeepCopy()
 	p.Status.Phase = v1.PodRunning
 	p.Status.StartTime = &now

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/fakehami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
 
@@ -34,6 +35,20 @@ type Node struct {
 	// NotReady posts Ready=False with the not-ready taint, as a node whose
 	// kubelet stopped; the fake kubelet leaves it alone.
 	NotReady bool
+	// HAMiSplit > 0 runs HAMi's device plugin (fakehami) on the node with
+	// this split count: it registers the devices by UUID, and allocatable
+	// nvidia.com/gpu counts its slots (healthy GPUs x split).
+	HAMiSplit int
+}
+
+// HAMiDevices are the devices the node's HAMi plugin registers (the last
+// Unhealthy ones unhealthy).
+func (n Node) HAMiDevices() []fakehami.Device {
+	devs := fakehami.Devices(n.Name, n.GPUs, n.MemoryMiB, n.HAMiSplit, n.Model)
+	for i := n.GPUs - n.Unhealthy; i < n.GPUs && i >= 0; i++ {
+		devs[i].Healthy = false
+	}
+	return devs
 }
 
 // Object is the node as the API sees it.
@@ -66,11 +81,17 @@ func (n Node) Object() *v1.Node {
 		taints = append(append([]v1.Taint(nil), taints...), v1.Taint{Key: v1.TaintNodeNotReady, Effect: v1.TaintEffectNoSchedule})
 	}
 	allocatable := capacity.DeepCopy()
+	var annotations map[string]string
 	if n.GPUs > 0 {
 		allocatable[gpu.ResourceNvidiaGPU] = *resource.NewQuantity(int64(n.GPUs-n.Unhealthy), resource.DecimalSI)
+		if n.HAMiSplit > 0 {
+			annotations = map[string]string{"hami.io/node-nvidia-register": fakehami.Register(n.HAMiDevices())}
+			capacity[gpu.ResourceNvidiaGPU] = *resource.NewQuantity(int64(n.GPUs*n.HAMiSplit), resource.DecimalSI)
+			allocatable[gpu.ResourceNvidiaGPU] = *resource.NewQuantity(int64((n.GPUs-n.Unhealthy)*n.HAMiSplit), resource.DecimalSI)
+		}
 	}
 	return &v1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels, Annotations: annotations},
 		Spec:       v1.NodeSpec{Taints: taints},
 		Status: v1.NodeStatus{
 			Capacity:    capacity,
@@ -119,8 +140,8 @@ func Demo() []Node {
 		{Name: "cpu-1", CPU: "32", Memory: "128Gi"},
 		{Name: "t4-0", CPU: "16", Memory: "64Gi", GPUs: 1, Model: "Tesla-T4", MemoryMiB: 15360},
 		{Name: "t4-1", CPU: "32", Memory: "128Gi", GPUs: 2, Model: "Tesla-T4", MemoryMiB: 15360},
-		{Name: "l4-0", CPU: "48", Memory: "192Gi", GPUs: 4, Model: "NVIDIA-L4", MemoryMiB: 23034},
-		{Name: "a100-0", CPU: "96", Memory: "1Ti", GPUs: 8, Model: "NVIDIA-A100-SXM4-80GB", MemoryMiB: 81920},
+		{Name: "l4-0", CPU: "48", Memory: "192Gi", GPUs: 4, Model: "NVIDIA-L4", MemoryMiB: 23034, HAMiSplit: 10},
+		{Name: "a100-0", CPU: "96", Memory: "1Ti", GPUs: 8, Model: "NVIDIA-A100-SXM4-80GB", MemoryMiB: 81920, HAMiSplit: 10},
 		{Name: "a100-1", CPU: "96", Memory: "1Ti", GPUs: 8, Unhealthy: 1, Model: "NVIDIA-A100-SXM4-80GB", MemoryMiB: 81920},
 		{Name: "h100-0", CPU: "112", Memory: "2Ti", GPUs: 8, Model: "NVIDIA-H100-80GB-HBM3", MemoryMiB: 81559},
 	}

@@ -40,6 +40,10 @@ const (
 	// separated by ','.
 	AnnotationHAMiUseType   = "nvidia.com/use-gputype"
 	AnnotationHAMiNoUseType = "nvidia.com/nouse-gputype"
+	// HAMi's device selectors by identity: exact UUIDs, separated by ','
+	// (only nodes whose agent reports UUIDs can match use-gpuuuid).
+	AnnotationHAMiUseUUID   = "nvidia.com/use-gpuuuid"
+	AnnotationHAMiNoUseUUID = "nvidia.com/nouse-gpuuuid"
 
 	// GPU Feature Discovery labels.
 	LabelGPUProduct = "nvidia.com/gpu.product"
@@ -56,6 +60,7 @@ var RequestAnnotations = []string{
 	AnnotationMilli, AnnotationMemory, AnnotationModel,
 	AnnotationKAIFraction, AnnotationKAIMemory, AnnotationKAIFractionNumDevices,
 	AnnotationHAMiUseType, AnnotationHAMiNoUseType,
+	AnnotationHAMiUseUUID, AnnotationHAMiNoUseUUID,
 }
 
 // MilliPerGPU is the capacity of one device in milli-GPU.

@@ -14,6 +14,8 @@ type NodeOptions struct {
 	ResourceNames []v1.ResourceName
 	ProductLabel  string
 	MemoryLabel   string
+	// Agent, if set, reports the devices of the nodes it serves.
+	Agent Agent
 }
 
 // DefaultNodeOptions reads nvidia.com/gpu and the GFD labels.
@@ -36,6 +38,23 @@ type Inventory struct {
 	Model     string
 	ModelFold string
 	MemoryMiB int64
+	// Agent names the node agent whose report this is ("" for allocatable
+	// and labels); Devices are its devices, in its order.
+	Agent   string
+	Devices []Device
+}
+
+// Delivers reports whether the node's agent delivers and enforces shares.
+func (inv *Inventory) Delivers() bool { return inv.Agent != "" }
+
+// DeviceIndex is the index of the device with the UUID, or -1.
+func (inv *Inventory) DeviceIndex(uuid string) int {
+	for i := range inv.Devices {
+		if inv.Devices[i].UUID == uuid {
+			return i
+		}
+	}
+	return -1
 }
 
 // TooMany reports whether the node has more devices than we track.
@@ -43,6 +62,11 @@ func (inv *Inventory) TooMany() bool { return inv.Reported > MaxDevices }
 
 // ReadInventory reads a node's devices from its allocatable and GFD labels.
 func ReadInventory(node *v1.Node, opts NodeOptions) Inventory {
+	if opts.Agent != nil {
+		if devs, ok := opts.Agent.Devices(node); ok {
+			return readAgentInventory(devs, opts.Agent.AgentName())
+		}
+	}
 	var inv Inventory
 	var capacity, alloc int64
 	for _, name := range opts.ResourceNames {
@@ -89,6 +113,9 @@ func parseGPUMemoryLabel(v string) int64 {
 type Choice struct {
 	Mask  uint64
 	Milli int32
+	// Share is what each device gives on a node whose agent enforces
+	// shares (Milli is then its projection).
+	Share DeviceShare
 }
 
 // Empty reports whether no device is chosen.
@@ -212,6 +239,11 @@ const (
 	// Overcommitted: the pods bound to the node hold more than its devices
 	// have. It takes no GPU pod until what is bound fits again.
 	Overcommitted
+	// NoShareDelivery: a share where nothing would deliver it (no agent
+	// that enforces shares, or the pod does not ask the agent for it).
+	NoShareDelivery
+	// DeviceNotAllowed: no device the pod allows by identity.
+	DeviceNotAllowed
 )
 
 // Unresolvable reports whether removing pods from the node could never help.
@@ -238,6 +270,10 @@ type NodeState struct {
 	// allocatable shrank under running pods, or assignments collide.
 	Overcommitted bool
 
+	// agent holds what each device holds per dimension, on a node whose
+	// agent enforces shares (nil otherwise).
+	agent *agentState
+
 	key  stateKey
 	frag fragSlot
 }
@@ -245,6 +281,13 @@ type NodeState struct {
 // NewNodeState starts a node with every device free.
 func NewNodeState(name string, inv Inventory, cpuFree int64) *NodeState {
 	s := &NodeState{Name: name, Inventory: inv, CPUFree: cpuFree, Prio: nodePrio(name)}
+	if inv.Devices != nil {
+		s.agent = &agentState{devs: inv.Devices}
+		for i := 0; i < int(inv.Count); i++ {
+			s.Free[i] = s.agent.free(i)
+		}
+		return s
+	}
 	for i := int32(0); i < inv.Count; i++ {
 		s.Free[i] = MilliPerGPU
 	}
@@ -254,6 +297,10 @@ func NewNodeState(name string, inv Inventory, cpuFree int64) *NodeState {
 // Clone copies the state, without its memoised fragmentation.
 func (s *NodeState) Clone() *NodeState {
 	c := &NodeState{Name: s.Name, Inventory: s.Inventory, Free: s.Free, CPUFree: s.CPUFree, MemFree: s.MemFree, Overcommitted: s.Overcommitted, Prio: s.Prio}
+	if s.agent != nil {
+		a := *s.agent
+		c.agent = &a
+	}
 	return c
 }
 
@@ -304,8 +351,39 @@ func (s *NodeState) take(idx int, milli int32) {
 // TakeChoice applies a choice.
 func (s *NodeState) TakeChoice(c Choice) {
 	for i := 0; i < MaxDevices; i++ {
-		if c.Mask&(1<<uint(i)) != 0 {
-			s.take(i, c.Milli)
+		if c.Mask&(1<<uint(i)) == 0 {
+			continue
+		}
+		if s.agent != nil {
+			s.takeShare(i, c.Share)
+			continue
+		}
+		s.take(i, c.Milli)
+	}
+}
+
+// takeShare applies a share to a device of an agent's node.
+func (s *NodeState) takeShare(i int, sh DeviceShare) {
+	if i < 0 || i >= int(s.Count) {
+		s.Overcommitted = true
+		return
+	}
+	s.takeUse(i, sh.MemoryOn(s.agent.devs[i].MemoryMiB), sh.Cores, 1)
+}
+
+func (s *NodeState) takeUse(i int, mem int64, cores, slots int32) {
+	if s.agent.take(i, mem, cores, slots) {
+		s.Overcommitted = true
+	}
+	s.Free[i] = s.agent.free(i)
+}
+
+// TakeUses applies an agent's record of what a pod holds; each use names a
+// device of the node (holds checks that).
+func (s *NodeState) TakeUses(uses []DeviceUse) {
+	for _, u := range uses {
+		if i := s.DeviceIndex(u.UUID); i >= 0 && i < int(s.Count) && s.agent != nil {
+			s.takeUse(i, u.MemoryMiB, u.Cores, u.Slots)
 		}
 	}
 }
@@ -321,6 +399,7 @@ func (s *NodeState) TakeAssignment(a Assignment) {
 // reservation): what its request takes, to be laid down on the devices left.
 type held struct {
 	devices, milli int32
+	share          DeviceShare // on an agent's node
 	// order makes the layout independent of the order pods are listed in.
 	order string
 	// at is the pod's index in an explanation, or -1.
@@ -488,39 +567,140 @@ func tightestIn(free *[MaxDevices]int32, count int, milli int32) (int, bool) {
 // Fit decides whether the request fits the node, without allocating. It
 // returns the devices and milli per device the request would take here.
 func (s *NodeState) Fit(r *Request) (Outcome, int32, int32) {
+	out, devices, milli, _ := s.fit(r)
+	return out, devices, milli
+}
+
+// delivers reports whether a share would be delivered here: a share the
+// agent is asked for (its resource is requested) on a node whose agent
+// enforces shares, or, where the operator allows accounting-only sharing, a
+// share by annotation alone. Whole GPUs are delivered everywhere.
+func (s *NodeState) delivers(r *Request) bool {
+	if !r.Shared() {
+		return true
+	}
+	if s.Delivers() {
+		return r.Slot || r.ShareCount > 0 || !r.NeedsDelivery
+	}
+	// The plain device plugin hands a whole device for its resource.
+	return !r.NeedsDelivery && !r.Slot && r.ShareCount == 0
+}
+
+// fit is Fit with the devices the request could take now (as a mask).
+func (s *NodeState) fit(r *Request) (Outcome, int32, int32, uint64) {
 	if !r.HasGPU() {
-		return Fits, 0, 0
+		return Fits, 0, 0, 0
 	}
 	if s.TooMany() {
-		return TooManyDevices, 0, 0
+		return TooManyDevices, 0, 0, 0
 	}
 	if s.Count == 0 {
-		return NoGPU, 0, 0
+		return NoGPU, 0, 0, 0
+	}
+	if !s.delivers(r) {
+		return NoShareDelivery, 0, 0, 0
+	}
+	if s.agent != nil {
+		return s.fitAgent(r)
 	}
 	if !r.Models.Empty() && !r.Models.Matches(s.Model, s.ModelFold) {
-		return ModelNotAllowed, 0, 0
+		return ModelNotAllowed, 0, 0, 0
+	}
+	if len(r.UUIDs.Use) > 0 {
+		return DeviceNotAllowed, 0, 0, 0 // no identities here
 	}
 	devices, milli, out := r.PerDevice(s.MemoryMiB)
 	if out != Fits {
-		return out, 0, 0
+		return out, 0, 0, 0
 	}
 	if devices > s.Count {
-		return TooFewDevices, 0, 0
+		return TooFewDevices, 0, 0, 0
 	}
 	if s.Overcommitted {
-		return Overcommitted, devices, milli
+		return Overcommitted, devices, milli, 0
 	}
 	var n int32
+	var mask uint64
 	for i := int32(0); i < s.Count; i++ {
 		if s.Free[i] >= milli {
 			n++
+			mask |= 1 << uint(i)
 		}
 	}
 	if n >= devices {
-		return Fits, devices, milli
+		return Fits, devices, milli, mask
 	}
 	if devices > 1 || milli == MilliPerGPU {
-		return TooFewFreeDevices, devices, milli
+		return TooFewFreeDevices, devices, milli, mask
 	}
-	return NoDeviceWithShare, devices, milli
+	return NoDeviceWithShare, devices, milli, mask
+}
+
+// fitAgent is fit on a node whose agent enforces shares: every dimension
+// the agent counts, device by device.
+func (s *NodeState) fitAgent(r *Request) (Outcome, int32, int32, uint64) {
+	a := s.agent
+	devices, sh := r.AgentShare()
+	var usable, allowed, big, n int32
+	var mask uint64
+	first := -1
+	for i := 0; i < int(s.Count); i++ {
+		d := &a.devs[i]
+		if !d.Healthy || d.Cordoned {
+			continue
+		}
+		usable++
+		if !a.allowed(i, r) {
+			continue
+		}
+		allowed++
+		if sh.MemoryOn(d.MemoryMiB) > d.MemoryMiB || sh.Cores > d.Cores || d.Slots <= 0 {
+			continue
+		}
+		big++
+		if first < 0 {
+			first = i
+		}
+		if a.admits(i, r, &sh) {
+			n++
+			mask |= 1 << uint(i)
+		}
+	}
+	switch {
+	case usable < devices:
+		return TooFewDevices, 0, 0, 0
+	case allowed == 0 && !r.Models.Empty():
+		return ModelNotAllowed, 0, 0, 0
+	case allowed < devices:
+		return DeviceNotAllowed, 0, 0, 0
+	case big < devices && devices == 1:
+		return ShareTooLarge, 0, 0, 0
+	case big < devices:
+		return TooFewDevices, 0, 0, 0
+	}
+	milli := sh.milliOn(&a.devs[first])
+	if sh == Exclusive {
+		milli = MilliPerGPU
+	}
+	if s.Overcommitted {
+		return Overcommitted, devices, milli, 0
+	}
+	if n >= devices {
+		return Fits, devices, milli, mask
+	}
+	if devices > 1 || milli == MilliPerGPU {
+		return TooFewFreeDevices, devices, milli, mask
+	}
+	return NoDeviceWithShare, devices, milli, mask
+}
+
+// freeAfter is what device i would have free once the request's share is
+// on it.
+func (s *NodeState) freeAfter(i int, milli int32, sh *DeviceShare) int32 {
+	if s.agent == nil {
+		return s.Free[i] - milli
+	}
+	a := s.agent
+	d := &a.devs[i]
+	return freeOf(d, a.mem[i]+sh.MemoryOn(d.MemoryMiB), a.cores[i]+sh.Cores, a.slots[i]+1)
 }

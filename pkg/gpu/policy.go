@@ -85,13 +85,18 @@ func (sc Scoring) Evaluate(s *NodeState, r *Request, wl *Workload) (Choice, int6
 	if !r.HasGPU() {
 		return Choice{}, sc.cpuOnlyScore(p, s, r, wl), true
 	}
-	out, devices, milli := s.Fit(r)
+	out, devices, milli, mask := s.fit(r)
 	if out != Fits {
 		return Choice{}, 0, false
 	}
+	var sh DeviceShare
+	if s.agent != nil {
+		_, sh = r.AgentShare()
+	}
 	after := s.Idle() - int64(devices)*int64(milli)
 	if devices > 1 || milli == MilliPerGPU {
-		c := lowestFree(s, devices, milli)
+		c := lowestIn(mask, devices, milli)
+		c.Share = sh
 		switch p {
 		case Fragmentation:
 			return c, sc.fragScore(s, wl, c, r), true
@@ -106,15 +111,15 @@ func (sc Scoring) Evaluate(s *NodeState, r *Request, wl *Workload) (Choice, int6
 	// A share of one device: which device matters.
 	switch p {
 	case Fragmentation:
-		return sc.bestFragDevice(s, wl, milli, r)
+		return sc.bestFragDevice(s, wl, milli, &sh, mask, r)
 	case Spread:
-		c := Choice{Mask: 1 << uint(mostFree(s, milli)), Milli: milli}
+		c := Choice{Mask: 1 << uint(mostFree(s, mask)), Milli: milli, Share: sh}
 		return c, sc.key(spreadFrac(s, after), -after, s.Prio), true
 	case Packing:
-		c := Choice{Mask: 1 << uint(tightest(s, milli)), Milli: milli}
+		c := Choice{Mask: 1 << uint(tightest(s, mask)), Milli: milli, Share: sh}
 		return c, sc.key(packingTier(s, 1, milli, c), after, s.Prio), true
 	default:
-		c := Choice{Mask: 1 << uint(tightest(s, milli)), Milli: milli}
+		c := Choice{Mask: 1 << uint(tightest(s, mask)), Milli: milli, Share: sh}
 		return c, sc.key(bestFit(s, r.CPU, after), after, s.Prio), true
 	}
 }
@@ -139,32 +144,32 @@ func (sc Scoring) key(primary, idleAfter int64, prio uint16) int64 {
 	return k
 }
 
-func lowestFree(s *NodeState, devices, milli int32) Choice {
+// lowestIn takes the lowest devices of the mask (the devices that fit).
+func lowestIn(mask uint64, devices, milli int32) Choice {
 	c := Choice{Milli: milli}
-	for i := int32(0); i < s.Count && devices > 0; i++ {
-		if s.Free[i] >= milli {
-			c.Mask |= 1 << uint(i)
-			devices--
-		}
+	for ; devices > 0 && mask != 0; devices-- {
+		low := mask & -mask
+		c.Mask |= low
+		mask &^= low
 	}
 	return c
 }
 
-// tightest is the device with the least room that still fits (best fit).
-func tightest(s *NodeState, milli int32) int {
+// tightest is the device of the mask with the least room (best fit).
+func tightest(s *NodeState, mask uint64) int {
 	best := -1
 	for i := 0; i < int(s.Count); i++ {
-		if s.Free[i] >= milli && (best < 0 || s.Free[i] < s.Free[best]) {
+		if mask&(1<<uint(i)) != 0 && (best < 0 || s.Free[i] < s.Free[best]) {
 			best = i
 		}
 	}
 	return best
 }
 
-func mostFree(s *NodeState, milli int32) int {
+func mostFree(s *NodeState, mask uint64) int {
 	best := -1
 	for i := 0; i < int(s.Count); i++ {
-		if s.Free[i] >= milli && (best < 0 || s.Free[i] > s.Free[best]) {
+		if mask&(1<<uint(i)) != 0 && (best < 0 || s.Free[i] > s.Free[best]) {
 			best = i
 		}
 	}
@@ -237,7 +242,7 @@ func (sc Scoring) fragScore(s *NodeState, wl *Workload, c Choice, r *Request) in
 	after := s.Free
 	for i := 0; i < int(s.Count); i++ {
 		if c.Mask&(1<<uint(i)) != 0 {
-			after[i] -= c.Milli
+			after[i] = s.freeAfter(i, c.Milli, &c.Share)
 		}
 	}
 	f := wl.frag(&after, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), &fc.match)
@@ -248,7 +253,7 @@ func (sc Scoring) fragScore(s *NodeState, wl *Workload, c Choice, r *Request) in
 // device of the best bucket wins (FGD's choice); exact, the smallest growth,
 // then the tighter device. Devices with the same free milli give the same
 // fragmentation and are tried once.
-func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, r *Request) (Choice, int64, bool) {
+func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, sh *DeviceShare, mask uint64, r *Request) (Choice, int64, bool) {
 	fc := wl.cache(s, sc.MemoryAware)
 	cpu, mem := s.CPUFree-r.CPU, sc.memFree(s, r.Memory)
 	best := -1
@@ -258,11 +263,13 @@ func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, r *Req
 	nTried := 0
 	for i := 0; i < int(s.Count); i++ {
 		v := s.Free[i]
-		if v < milli {
+		if mask&(1<<uint(i)) == 0 {
 			continue
 		}
 		dup := false
-		for k := 0; k < nTried; k++ {
+		// Equal room is equal fragmentation; on an agent's node the
+		// dimensions behind it may differ.
+		for k := 0; k < nTried && s.agent == nil; k++ {
 			if tried[k] == v {
 				dup = true
 				break
@@ -274,7 +281,7 @@ func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, r *Req
 		tried[nTried] = v
 		nTried++
 		after := s.Free
-		after[i] -= milli
+		after[i] = s.freeAfter(i, milli, sh)
 		f := wl.frag(&after, s.Count, cpu, mem, &fc.match)
 		p := sc.fragPrimary(f - fc.base)
 		better := best < 0 || p > bestP
@@ -288,7 +295,7 @@ func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, r *Req
 	if best < 0 {
 		return Choice{}, 0, false
 	}
-	return Choice{Mask: 1 << uint(best), Milli: milli}, sc.key(sc.fragPrimary(bestF-fc.base), s.Idle()-int64(milli), s.Prio), true
+	return Choice{Mask: 1 << uint(best), Milli: milli, Share: *sh}, sc.key(sc.fragPrimary(bestF-fc.base), s.Idle()-int64(milli), s.Prio), true
 }
 
 // cpuOnlyScore keeps CPU-only pods off GPU nodes: the idle GPU a node has is

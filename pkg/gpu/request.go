@@ -21,13 +21,50 @@ type Request struct {
 	CPU       int64
 	// Memory is the pod's memory request in MiB (for fragmentation).
 	Memory int64
+
+	// ShareCount devices each taking Share: a share in a node agent's own
+	// request dialect (HAMi's nvidia.com/gpumem, gpumem-percentage,
+	// gpucores), delivered only where that agent runs.
+	ShareCount int32
+	Share      DeviceShare
+	// Slot is set when a share by annotation also requests the device
+	// plugin's resource (one slot): an agent that enforces shares is then
+	// asked for it and delivers it.
+	Slot bool
+	// NeedsDelivery places a share only where it is delivered and enforced
+	// (the scheduler's default; the operator's accountingOnlySharing turns
+	// it off, and a share is then accounted where nothing enforces it).
+	NeedsDelivery bool
+	// UUIDs restricts the devices by identity, where they are known.
+	UUIDs UUIDSelector
 }
 
 // HasGPU reports whether the pod uses any GPU.
-func (r *Request) HasGPU() bool { return r.Count > 0 || r.Milli > 0 || r.MemoryMiB > 0 }
+func (r *Request) HasGPU() bool {
+	return r.Count > 0 || r.Milli > 0 || r.MemoryMiB > 0 || r.ShareCount > 0
+}
 
-// Shared reports whether the pod asks for a share of one device.
-func (r *Request) Shared() bool { return r.Milli > 0 || r.MemoryMiB > 0 }
+// Shared reports whether the pod asks for a share of a device.
+func (r *Request) Shared() bool { return r.Milli > 0 || r.MemoryMiB > 0 || r.ShareCount > 0 }
+
+// AgentShare is the request where an agent enforces shares: how many
+// devices, each taking what. Whole GPUs take all of a device (exclusive, as
+// HAMi's own scheduler defaults them); milli-GPU takes that much of its
+// memory and cores (1% at least: 0 would leave the cores unthrottled); a
+// share by memory takes that memory and no cores, like HAMi's gpumem.
+func (r *Request) AgentShare() (int32, DeviceShare) {
+	switch {
+	case r.ShareCount > 0:
+		return r.ShareCount, r.Share
+	case r.Count > 0:
+		return r.Count, Exclusive
+	case r.Milli > 0:
+		return 1, DeviceShare{Permille: r.Milli, Cores: max(1, r.Milli/10)}
+	case r.MemoryMiB > 0:
+		return 1, DeviceShare{MemoryMiB: r.MemoryMiB}
+	}
+	return 0, DeviceShare{}
+}
 
 // PerDevice returns how many devices the request takes on a node and how much
 // of each, given the node's per-device memory. out is MemoryUnknown when a
@@ -45,6 +82,9 @@ func (r *Request) PerDevice(nodeMemoryMiB int64) (devices int32, milli int32, ou
 			return 1, 0, ShareTooLarge
 		}
 		return 1, r.Milli, Fits
+	case r.ShareCount > 0:
+		// Sized only per device, where an agent reports them.
+		return r.ShareCount, 0, NoShareDelivery
 	case r.MemoryMiB > 0:
 		if nodeMemoryMiB <= 0 || nodeMemoryMiB > MaxGPUMemoryMiB {
 			return 1, 0, MemoryUnknown
@@ -136,15 +176,25 @@ type InvalidError struct {
 	Key   string
 	Value string
 	Rule  string
+	// Resource is set when Key is a container resource, not an annotation.
+	Resource bool
 }
 
 func (e *InvalidError) Error() string {
+	if e.Resource {
+		return fmt.Sprintf("invalid resource %s=%q: %s", e.Key, e.Value, e.Rule)
+	}
 	return fmt.Sprintf("invalid annotation %s=%q: %s", e.Key, e.Value, e.Rule)
 }
 
-// RequestOptions name the extended resources that count as whole GPUs.
+// RequestOptions name the extended resources that count as whole GPUs, and
+// the node agent whose request dialect is read too.
 type RequestOptions struct {
 	ResourceNames []v1.ResourceName
+	Agent         Agent
+	// NeedsDelivery: shares go only where they are delivered (see
+	// Request.NeedsDelivery).
+	NeedsDelivery bool
 }
 
 // DefaultRequestOptions uses nvidia.com/gpu.
@@ -186,6 +236,7 @@ func ParseRequest(pod *v1.Pod, opts RequestOptions) (Request, error) {
 	}
 	r.CPU = min(podRequest(pod, v1.ResourceCPU, true), maxCPUMilli)
 	r.Memory = min(podRequest(pod, v1.ResourceMemory, true)>>20, maxMemoryMiB)
+	r.NeedsDelivery = opts.NeedsDelivery
 	return r, nil
 }
 
@@ -204,6 +255,22 @@ func parseGPURequest(pod *v1.Pod, opts RequestOptions) (Request, error) {
 	// More than any node tracks fits nowhere (TooFewDevices says why).
 	r.Count = int32(min(whole, MaxDevices+1))
 
+	dialect := false
+	if opts.Agent != nil {
+		n, sh, ok, err := opts.Agent.Share(pod)
+		if err != nil {
+			return Request{}, err
+		}
+		if ok {
+			dialect = true
+			if sh == Exclusive {
+				r.Count = n // all of each device: whole GPUs
+			} else {
+				r.Count, r.ShareCount, r.Share = 0, n, sh
+			}
+		}
+	}
+
 	a := pod.Annotations
 	shared := ""
 	for _, key := range sharedKeys {
@@ -215,9 +282,16 @@ func parseGPURequest(pod *v1.Pod, opts RequestOptions) (Request, error) {
 			return Request{}, &InvalidError{Key: key, Value: v, Rule: "conflicts with " + shared + ": set only one shared-GPU request"}
 		}
 		shared = key
+		if dialect {
+			return Request{}, &InvalidError{Key: key, Value: v, Rule: "conflicts with the share requested by " + opts.Agent.AgentName() +
+				" resources (nvidia.com/gpumem, gpumem-percentage, gpucores): ask for a share one way"}
+		}
 		if r.Count > 0 {
-			return Request{}, &InvalidError{Key: key, Value: v, Rule: fmt.Sprintf(
-				"cannot be combined with a whole-GPU request (%s: %d); a shared GPU is requested by the annotation alone", wholeName, whole)}
+			if whole != 1 {
+				return Request{}, &InvalidError{Key: key, Value: v, Rule: fmt.Sprintf(
+					"a shared GPU takes one slot of the device plugin: request %s: 1 (delivered by a device plugin that enforces shares) or none (accounting only), not %d", wholeName, whole)}
+			}
+			r.Count, r.Slot = 0, true
 		}
 		var err error
 		switch key {
@@ -264,6 +338,12 @@ func parseGPURequest(pod *v1.Pod, opts RequestOptions) (Request, error) {
 		if len(r.Models.Exclude) == 0 {
 			return Request{}, &InvalidError{Key: AnnotationHAMiNoUseType, Value: v, Rule: "must list at least one GPU type, separated by ','"}
 		}
+	}
+	if v, ok := a[AnnotationHAMiUseUUID]; ok {
+		r.UUIDs.Use = splitList(v, ",", false)
+	}
+	if v, ok := a[AnnotationHAMiNoUseUUID]; ok {
+		r.UUIDs.NoUse = splitList(v, ",", false)
 	}
 	if !r.Models.Empty() && !r.HasGPU() {
 		key, v := modelKey(a)

@@ -72,7 +72,7 @@ type Reservation struct {
 func NewTracker(opts NodeOptions) *Tracker {
 	t := &Tracker{
 		opts:    opts,
-		reqOpts: RequestOptions{ResourceNames: opts.ResourceNames},
+		reqOpts: RequestOptions{ResourceNames: opts.ResourceNames, Agent: opts.Agent},
 		byUID:   map[types.UID]string{},
 	}
 	return t
@@ -191,6 +191,9 @@ const (
 	HoldAssignment  = "assignment"
 	HoldReservation = "reservation"
 	HoldRequest     = "request"
+	// HoldAgent: the node agent's record of the pod (HAMi's
+	// vgpu-devices-allocated).
+	HoldAgent = "agent"
 )
 
 // Explain lists how each GPU pod on the node is counted, and the state that
@@ -201,30 +204,103 @@ func (t *Tracker) Explain(node *v1.Node, pods []*v1.Pod) ([]Holding, *NodeState)
 	return hs, st
 }
 
-// Holds returns what a bound pod holds on a node with the given devices:
-// the devices and milli of each its request takes, and its assignment when
-// that agrees. ok is false for a pod that holds no device. An invalid
-// request (which we never placed) holds its whole GPUs; a share that cannot
-// be sized on this node (memory unknown, or larger than a device) holds a
-// whole device.
-func Holds(pod *v1.Pod, node string, inv *Inventory, opts RequestOptions) (devices, milli int32, a Assignment, agrees bool, ok bool) {
+// hold is what a bound pod holds on a node: the devices and milli of each
+// its request takes (and, where an agent enforces shares, the share of
+// each), and the record of which devices, when it agrees with the request:
+// our assignment, or the agent's record of the pod.
+type hold struct {
+	devices, milli int32
+	share          DeviceShare
+	a              Assignment
+	uses           []DeviceUse
+	agrees         bool
+}
+
+// holds reads what a pod on a node with the given inventory holds; ok is
+// false for a pod that holds no device. An invalid request (which we never
+// placed) holds its whole GPUs; a share that cannot be sized on this node
+// (memory unknown, or larger than a device) holds a whole device; a share
+// the node's plain device plugin was asked for got a whole device.
+func holds(pod *v1.Pod, node string, inv *Inventory, opts RequestOptions) (h hold, ok bool) {
 	req, err := parseGPURequest(pod, opts)
-	if err != nil {
+	invalid := err != nil
+	if invalid {
 		req = Request{Count: int32(min(WholeGPUs(pod, opts), MaxDevices+1))}
 	}
 	if !req.HasGPU() {
-		return 0, 0, Assignment{}, false, false
+		if invalid && inv.Devices != nil {
+			// A request we cannot read (several containers with
+			// shares, say) may still have the agent's record.
+			if uses, has := opts.Agent.Uses(pod, node); has && usesKnown(uses, inv) {
+				return hold{devices: int32(len(uses)), uses: uses, agrees: true}, true
+			}
+		}
+		return hold{}, false
+	}
+	if inv.Devices != nil {
+		return holdsOnAgent(pod, node, inv, opts, &req, invalid), true
+	}
+	if req.Slot || req.ShareCount > 0 {
+		// The plain device plugin gave it whole devices.
+		req = Request{Count: max(req.ShareCount, 1)}
 	}
 	devices, milli, out := req.PerDevice(inv.MemoryMiB)
 	if out != Fits {
 		devices, milli = 1, MilliPerGPU
 	}
+	h = hold{devices: devices, milli: milli}
 	if v, has := pod.Annotations[AnnotationAssignment]; has {
 		if pa, err := ParseAssignment(v); err == nil && pa.Node == node && pa.agrees(devices, milli, inv.Count) {
-			return devices, milli, pa, true, true
+			h.a, h.agrees = pa, true
 		}
 	}
-	return devices, milli, Assignment{}, false, true
+	return h, true
+}
+
+// holdsOnAgent is holds on a node whose agent enforces shares: the agent's
+// record of the pod counts where it agrees with the request (one device
+// per device asked for, each known here, each with the share the request
+// takes on it); otherwise the request is laid down.
+func holdsOnAgent(pod *v1.Pod, node string, inv *Inventory, opts RequestOptions, req *Request, invalid bool) hold {
+	devices, sh := req.AgentShare()
+	h := hold{devices: devices, share: sh, milli: MilliPerGPU}
+	if len(inv.Devices) > 0 && sh != Exclusive {
+		h.milli = sh.milliOn(&inv.Devices[0])
+	}
+	uses, has := opts.Agent.Uses(pod, node)
+	if !has || !usesKnown(uses, inv) {
+		return h
+	}
+	if invalid {
+		h.uses, h.agrees = uses, true
+		return h
+	}
+	if int32(len(uses)) != devices {
+		return h
+	}
+	for _, u := range uses {
+		d := &inv.Devices[inv.DeviceIndex(u.UUID)]
+		if u.Slots != 1 || u.MemoryMiB != sh.MemoryOn(d.MemoryMiB) || u.Cores != sh.Cores {
+			return h
+		}
+	}
+	h.uses, h.agrees = uses, true
+	return h
+}
+
+// usesKnown reports whether every device of a record is on the node, once.
+func usesKnown(uses []DeviceUse, inv *Inventory) bool {
+	for i, u := range uses {
+		if inv.DeviceIndex(u.UUID) < 0 {
+			return false
+		}
+		for _, v := range uses[:i] {
+			if v.UUID == u.UUID {
+				return false
+			}
+		}
+	}
+	return len(uses) > 0
 }
 
 func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64, exclude types.UID, snapshot bool, explain *[]Holding) *NodeState {
@@ -270,10 +346,17 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 			}
 			continue
 		}
-		devices, milli, a, agrees, ok := Holds(pod, node.Name, &st.Inventory, t.reqOpts)
-		if agrees {
-			st.TakeAssignment(a)
-			note(pod, devices, milli, HoldAssignment, "")
+		h, ok := holds(pod, node.Name, &st.Inventory, t.reqOpts)
+		devices, milli := h.devices, h.milli
+		if h.agrees {
+			source := HoldAssignment
+			if h.uses != nil {
+				st.TakeUses(h.uses)
+				source = HoldAgent
+			} else {
+				st.TakeAssignment(h.a)
+			}
+			note(pod, devices, milli, source, "")
 			if reserved {
 				handled[pod.UID] = true
 				if snapshot {
@@ -298,12 +381,17 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 		if v, has := pod.Annotations[AnnotationAssignment]; has && explain != nil {
 			// A device that went away (allocatable shrank) is the node's
 			// doing; anything else is an edited or stale annotation.
-			if pa, err := ParseAssignment(v); err != nil || pa.Node != node.Name || !pa.agrees(devices, milli, MaxDevices) {
+			if pa, err := ParseAssignment(v); st.agent == nil && (err != nil || pa.Node != node.Name || !pa.agrees(devices, milli, MaxDevices)) {
 				ignored = "assignment " + strconv.Quote(v) + " does not match the pod's request and node"
 			}
 		}
+		if st.agent != nil && explain != nil {
+			if _, has := t.reqOpts.Agent.Uses(pod, node.Name); has {
+				ignored = st.Agent + "'s device record does not match the pod's request and node"
+			}
+		}
 		at := note(pod, devices, milli, HoldRequest, ignored)
-		loose = append(loose, held{devices: devices, milli: milli, order: pod.Namespace + "/" + pod.Name + "/" + string(pod.UID), at: at})
+		loose = append(loose, held{devices: devices, milli: milli, share: h.share, order: pod.Namespace + "/" + pod.Name + "/" + string(pod.UID), at: at})
 	}
 	alive := t.alive.Load()
 	for uid, r := range s.reservations {
@@ -324,7 +412,9 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 				Devices: int32(bits.OnesCount64(r.Choice.Mask)), Milli: r.Choice.Milli, Source: HoldReservation, Fits: true})
 		}
 	}
-	if len(loose) > 0 {
+	if len(loose) > 0 && st.agent != nil {
+		st.layDownAgent(loose)
+	} else if len(loose) > 0 {
 		st.layDown(loose)
 		if explain != nil {
 			for i := range loose {

@@ -141,6 +141,11 @@ func Profile(p Policy, t *Trace) (*schedconfig.KubeSchedulerProfile, error) {
 		if a, ok := pc.Args.(*config.GPUScoreArgs); ok {
 			args = a
 		}
+		if a, ok := pc.Args.(*config.GPUFitArgs); ok {
+			// The trace's nodes run no device plugin: shares are
+			// accounted, as in the published method.
+			a.AccountingOnlySharing = true
+		}
 	}
 	switch p {
 	case Learned, Vanilla:

@@ -453,6 +453,8 @@ func startUnderTest(ctx context.Context, bin, schedulerName string) (*localcp.Sc
 		Mutate: func(c *configv1.KubeSchedulerConfiguration) {
 			c.Profiles[0].SchedulerName = ptr.To(schedulerName)
 			c.LeaderElection.LeaderElect = ptr.To(false)
+			// The bench's shares are on nodes without a device agent.
+			harness.AccountingOnlySharing(c)
 			if *tpWrite != "" {
 				for i := range c.Profiles[0].PluginConfig {
 					if a, ok := c.Profiles[0].PluginConfig[i].Args.Object.(*ourv1.GPUFitArgs); ok {

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	configv1 "k8s.io/kube-scheduler/config/v1"
+
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/localcp"
 	"github.com/gpu-scheduler/gpu-scheduler/test/harness"
 )
@@ -53,7 +55,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	if kubeconfig == "" {
-		procs, err = harness.StartProcesses(ctx, cluster, 1, harness.FastLeaderElection, os.Getenv("E2E_SCHEDULER_ARGS"))
+		// The suite's shares are on nodes without a device agent: it
+		// tests the accounting (the integration suite has HAMi's nodes).
+		procs, err = harness.StartProcesses(ctx, cluster, 1, func(c *configv1.KubeSchedulerConfiguration) {
+			harness.FastLeaderElection(c)
+			harness.AccountingOnlySharing(c)
+		}, os.Getenv("E2E_SCHEDULER_ARGS"))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "starting gpu-scheduler:", err)
 			return 1

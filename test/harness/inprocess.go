@@ -13,6 +13,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler"
 	"k8s.io/kubernetes/pkg/scheduler/profile"
 
+	ourconfig "github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/offline"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins"
 )
@@ -33,7 +34,13 @@ type InProcessOptions struct {
 	ExtraProfiles []string
 	// WrapTransport wraps the scheduler's client transport (fault injection).
 	WrapTransport func(http.RoundTripper) http.RoundTripper
+	// FitArgs changes every profile's GPUFit args.
+	FitArgs func(*ourconfig.GPUFitArgs)
 }
+
+// AccountingOnly is FitArgs for tests of the accounting on nodes without a
+// device agent: shares by annotation alone are placed there.
+func AccountingOnly(a *ourconfig.GPUFitArgs) { a.AccountingOnlySharing = true }
 
 // StartInProcess runs the configuration's profiles against the cluster.
 func StartInProcess(ctx context.Context, cfg *rest.Config, configYAML []byte) (*InProcess, error) {
@@ -45,6 +52,15 @@ func StartInProcessWith(ctx context.Context, cfg *rest.Config, configYAML []byte
 	kcfg, err := offline.LoadConfig(configYAML)
 	if err != nil {
 		return nil, err
+	}
+	if opts.FitArgs != nil {
+		for i := range kcfg.Profiles {
+			for _, pc := range kcfg.Profiles[i].PluginConfig {
+				if a, ok := pc.Args.(*ourconfig.GPUFitArgs); ok {
+					opts.FitArgs(a)
+				}
+			}
+		}
 	}
 	for _, name := range opts.ExtraProfiles {
 		p := kcfg.Profiles[0].DeepCopy()

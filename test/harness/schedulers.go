@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpu-scheduler/gpu-scheduler/manifests"
+	ourv1 "github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/localcp"
 )
 
@@ -42,6 +43,18 @@ func FastLeaderElection(c *configv1.KubeSchedulerConfiguration) {
 	c.LeaderElection.LeaseDuration = metav1.Duration{Duration: 4 * time.Second}
 	c.LeaderElection.RenewDeadline = metav1.Duration{Duration: 3 * time.Second}
 	c.LeaderElection.RetryPeriod = metav1.Duration{Duration: 500 * time.Millisecond}
+}
+
+// AccountingOnlySharing turns on accountingOnlySharing, for the tests of
+// the accounting with shares on nodes without a device agent.
+func AccountingOnlySharing(c *configv1.KubeSchedulerConfiguration) {
+	for i := range c.Profiles {
+		for _, pc := range c.Profiles[i].PluginConfig {
+			if a, ok := pc.Args.Object.(*ourv1.GPUFitArgs); ok {
+				a.AccountingOnlySharing = ptr.To(true)
+			}
+		}
+	}
 }
 
 // Processes runs the gpu-scheduler binary against a local control plane.

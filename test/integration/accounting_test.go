@@ -151,7 +151,7 @@ func TestAllocatableShrinks(t *testing.T) {
 func TestTwoProfilesOneNode(t *testing.T) {
 	const second = "gpu-scheduler-b"
 	sched, err := harness.StartInProcessWith(context.Background(), cluster.Config, manifests.SchedulerConfig,
-		harness.InProcessOptions{ExtraProfiles: []string{second}})
+		harness.InProcessOptions{FitArgs: harness.AccountingOnly, ExtraProfiles: []string{second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func (l *lostBind) RoundTrip(req *http.Request) (*http.Response, error) {
 func TestBindResponseLost(t *testing.T) {
 	lost := &lostBind{late: make(chan struct{})}
 	sched, err := harness.StartInProcessWith(context.Background(), cluster.Config, manifests.SchedulerConfig,
-		harness.InProcessOptions{WrapTransport: func(rt http.RoundTripper) http.RoundTripper { lost.next = rt; return lost }})
+		harness.InProcessOptions{FitArgs: harness.AccountingOnly, WrapTransport: func(rt http.RoundTripper) http.RoundTripper { lost.next = rt; return lost }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,9 @@ import (
 
 func startScheduler(t *testing.T) *harness.InProcess {
 	t.Helper()
-	s, err := harness.StartInProcess(context.Background(), cluster.Config, manifests.SchedulerConfig)
+	// These tests are of the accounting, with shares on nodes without a
+	// device agent (hami_test.go has the delivered shares).
+	s, err := harness.StartInProcessWith(context.Background(), cluster.Config, manifests.SchedulerConfig, harness.InProcessOptions{FitArgs: harness.AccountingOnly})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,16 @@
 package hami
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 )
 
 // NodeLockValue is the lock a scheduler takes for a pod:
@@ -25,4 +32,110 @@ func ParseNodeLock(v string) (t time.Time, namespace, name string, err error) {
 	}
 	t, err = time.Parse(time.RFC3339, p[0])
 	return t, p[1], p[2], err
+}
+
+// ErrLocked is returned when another pod holds a node's lock.
+type ErrLocked struct {
+	Node, Holder string
+	Since        time.Time
+}
+
+func (e *ErrLocked) Error() string {
+	return fmt.Sprintf("node %s is locked by %s since %s (HAMi's node lock: one bind at a time)", e.Node, e.Holder, e.Since.Format(time.RFC3339))
+}
+
+// HolderGone reports whether the pod a lock names no longer exists.
+type HolderGone func(ctx context.Context, namespace, name string) (bool, error)
+
+// LockNode takes the node's lock for the pod, as HAMi's LockNode does: a
+// compare-and-swap on the node's resourceVersion. A lock older than expiry,
+// or whose pod is gone, is released first; a lock the pod holds already is
+// kept. Another live holder gives *ErrLocked; a malformed lock an error
+// (HAMi's scheduler cannot lock the node either until it is fixed).
+func LockNode(ctx context.Context, client kubernetes.Interface, node, namespace, name string, now time.Time, expiry time.Duration, gone HolderGone) error {
+	for attempt := 0; attempt < 5; attempt++ {
+		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		v, held := n.Annotations[AnnotationNodeLock]
+		if held {
+			at, ns, nm, err := ParseNodeLock(v)
+			if err != nil {
+				return fmt.Errorf("node %s: unreadable %s %q: %w", node, AnnotationNodeLock, v, err)
+			}
+			if ns == namespace && nm == name {
+				return nil
+			}
+			stale := now.Sub(at) > expiry
+			if !stale && nm != "" {
+				if g, err := gone(ctx, ns, nm); err == nil && g {
+					stale = true
+				}
+			}
+			if !stale {
+				return &ErrLocked{Node: node, Holder: ns + "/" + nm, Since: at}
+			}
+			if err := patchLock(ctx, client, node, n.ResourceVersion, nil); err != nil {
+				if apierrors.IsConflict(err) {
+					continue
+				}
+				return err
+			}
+			continue
+		}
+		value := NodeLockValue(now, namespace, name)
+		if err := patchLock(ctx, client, node, n.ResourceVersion, &value); err != nil {
+			if apierrors.IsConflict(err) {
+				continue
+			}
+			return err
+		}
+		return nil
+	}
+	return fmt.Errorf("node %s: %s kept changing while taking it", node, AnnotationNodeLock)
+}
+
+// ReleaseNodeLock drops the node's lock if the pod holds it (or it is the
+// legacy form, which names no holder), as HAMi's ReleaseNodeLock does.
+func ReleaseNodeLock(ctx context.Context, client kubernetes.Interface, node, namespace, name string) error {
+	for attempt := 0; attempt < 5; attempt++ {
+		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		v, held := n.Annotations[AnnotationNodeLock]
+		if !held {
+			return nil
+		}
+		if !strings.HasSuffix(v, lockSep+namespace+lockSep+name) && strings.Contains(v, lockSep) {
+			return nil // someone else's
+		}
+		if err := patchLock(ctx, client, node, n.ResourceVersion, nil); err != nil {
+			if apierrors.IsConflict(err) {
+				continue
+			}
+			return err
+		}
+		return nil
+	}
+	return fmt.Errorf("node %s: %s kept changing while releasing it", node, AnnotationNodeLock)
+}
+
+// patchLock sets (or, with nil, removes) the lock, only if the node is still
+// at the resourceVersion read.
+func patchLock(ctx context.Context, client kubernetes.Interface, node, rv string, value *string) error {
+	var v any
+	if value != nil {
+		v = *value
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"annotations":     map[string]any{AnnotationNodeLock: v},
+		"resourceVersion": rv,
+	}})
+	if err != nil {
+		return err
+	}
+	_, err = client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
 }

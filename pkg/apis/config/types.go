@@ -23,6 +23,22 @@ type GPUFitArgs struct {
 	// AssignmentWrite is where the assignment annotation is written: Bind
 	// (with the binding, one write) or PreBind (a patch before binding).
 	AssignmentWrite string
+	// AccountingOnlySharing places shares where nothing delivers them
+	// (accounted, not enforced).
+	AccountingOnlySharing bool
+	// HAMi configures the HAMi device-plugin protocol.
+	HAMi HAMiArgs
+}
+
+// HAMiArgs configures how nodes that run HAMi's device plugin are served.
+type HAMiArgs struct {
+	// Enabled reads HAMi's device registration on nodes that carry it.
+	Enabled bool
+	// NodeLockExpirySeconds is when a node lock is stale (HAMi's
+	// HAMI_NODELOCK_EXPIRE).
+	NodeLockExpirySeconds int32
+	// LockWaitSeconds is how long a bind waits for a node's lock.
+	LockWaitSeconds int32
 }
 
 // AssignmentWrite values.

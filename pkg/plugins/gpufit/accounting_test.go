@@ -20,7 +20,6 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/test/utils/ktesting"
 
-	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu/gputest"
 )
@@ -44,7 +43,7 @@ func TestProfilesShareAccounting(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pl, err := New(tCtx, nil, fh)
+		pl, err := New(tCtx, accountingArgs(), fh)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +103,7 @@ func TestProfilesMustAgree(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		args := scheme.DefaultGPUFitArgs()
+		args := accountingArgs()
 		args.GPUProductLabel = label
 		_, err = New(tCtx, args, fh)
 		errs = append(errs, err)

@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/validation"
@@ -38,17 +39,20 @@ const reserveStateKey fwk.StateKey = "Reserve" + Name
 
 // Filter reasons: constant, so that "0/N nodes are available" aggregates them.
 const (
-	ErrReasonNoGPU          = "node(s) had no GPU"
-	ErrReasonModel          = "node(s) had no allowed GPU model"
-	ErrReasonMemoryUnknown  = "node(s) did not report GPU memory per device"
-	ErrReasonShareTooLarge  = "node(s) had GPUs with less memory than requested"
-	ErrReasonTooFewDevices  = "node(s) had fewer GPUs than requested"
-	ErrReasonTooFewFree     = "node(s) had too few free GPUs"
-	ErrReasonNoDeviceShare  = "node(s) had no single GPU with enough free milli-GPU"
-	ErrReasonTooManyDevices = "node(s) had more than 64 GPUs (more than gpu-scheduler tracks)"
-	ErrReasonOvercommitted  = "node(s) had GPUs overcommitted by the pods bound to them"
-	ErrReasonDevicesChanged = "node's free GPUs changed during scheduling"
-	ErrReasonBindInDoubt    = "the pod's previous bind failed but may still land; it waits until the API server says"
+	ErrReasonNoGPU            = "node(s) had no GPU"
+	ErrReasonModel            = "node(s) had no allowed GPU model"
+	ErrReasonMemoryUnknown    = "node(s) did not report GPU memory per device"
+	ErrReasonShareTooLarge    = "node(s) had GPUs with less memory than requested"
+	ErrReasonTooFewDevices    = "node(s) had fewer GPUs than requested"
+	ErrReasonTooFewFree       = "node(s) had too few free GPUs"
+	ErrReasonNoDeviceShare    = "node(s) had no single GPU with enough free milli-GPU"
+	ErrReasonTooManyDevices   = "node(s) had more than 64 GPUs (more than gpu-scheduler tracks)"
+	ErrReasonOvercommitted    = "node(s) had GPUs overcommitted by the pods bound to them"
+	ErrReasonDevicesChanged   = "node's free GPUs changed during scheduling"
+	ErrReasonBindInDoubt      = "the pod's previous bind failed but may still land; it waits until the API server says"
+	ErrReasonNoDelivery       = "node(s) had no device plugin that delivers GPU shares (HAMi's); request nvidia.com/gpu: 1 with the share on such nodes"
+	ErrReasonDeviceNotAllowed = "node(s) had none of the GPUs the pod allows (nvidia.com/use-gpuuuid, nouse-gpuuuid)"
+	ErrReasonNodeLocked       = "node's HAMi lock is held by another pod's bind"
 )
 
 var reasons = map[gpu.Outcome]string{
@@ -61,6 +65,8 @@ var reasons = map[gpu.Outcome]string{
 	gpu.NoDeviceWithShare: ErrReasonNoDeviceShare,
 	gpu.TooManyDevices:    ErrReasonTooManyDevices,
 	gpu.Overcommitted:     ErrReasonOvercommitted,
+	gpu.NoShareDelivery:   ErrReasonNoDelivery,
+	gpu.DeviceNotAllowed:  ErrReasonDeviceNotAllowed,
 }
 
 // Reason returns the constant Filter reason of an outcome.
@@ -106,6 +112,10 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	opts := gpu.NodeOptions{ProductLabel: args.GPUProductLabel, MemoryLabel: args.GPUMemoryLabel}
 	for _, n := range args.GPUResourceNames {
 		opts.ResourceNames = append(opts.ResourceNames, v1.ResourceName(n))
+		if n == hami.ResourceGPU && args.HAMi.Enabled {
+			// HAMi's device plugin serves NVIDIA GPUs only.
+			opts.Agent = hami.Agent{ProductLabel: args.GPUProductLabel}
+		}
 	}
 	s := shared.For(h)
 	context.AfterFunc(ctx, func() { shared.Forget(h) })
@@ -116,7 +126,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		handle:  h,
 		shared:  s,
 		args:    args,
-		reqOpts: gpu.RequestOptions{ResourceNames: opts.ResourceNames},
+		reqOpts: gpu.RequestOptions{ResourceNames: opts.ResourceNames, Agent: opts.Agent, NeedsDelivery: !args.AccountingOnlySharing},
 		hints:   args.Requeue.QueueingHints,
 		ctx:     ctx,
 	}
@@ -287,6 +297,11 @@ type reserveState struct {
 	// be bound even if the cycle fails, so Unreserve checks before it
 	// releases the devices.
 	bind atomic.Pointer[bindAttempt]
+	// hami is the device list for the node's HAMi device plugin when it
+	// delivers the pod's GPUs (nil otherwise); locked is set once PreBind
+	// holds the node's lock for the pod.
+	hami   hami.PodDevices
+	locked atomic.Bool
 }
 
 // bindAttempt is what a failed cycle knows of its bind.
@@ -322,7 +337,17 @@ func (pl *GPUFit) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 		return fwk.NewStatus(fwk.Unschedulable, ErrReasonDevicesChanged)
 	}
 	seq := pl.shared.Tracker().Reserve(nodeName, pod.UID, gpu.Reservation{Namespace: pod.Namespace, Name: pod.Name, Choice: choice, Since: time.Now()})
-	cs.Write(reserveStateKey, &reserveState{node: nodeName, choice: choice, seq: seq})
+	rs := &reserveState{node: nodeName, choice: choice, seq: seq}
+	if st.Delivers() && gpu.WholeGPUs(pod, pl.reqOpts) > 0 {
+		// The device plugin is asked for the pod's GPUs: it hands out
+		// the devices chosen here, with their limits.
+		var devs []gpu.Device
+		for _, i := range choice.Devices() {
+			devs = append(devs, st.Devices[i])
+		}
+		rs.hami = hami.Allocation(pod, devs, choice.Share)
+	}
+	cs.Write(reserveStateKey, rs)
 	klog.FromContext(ctx).V(4).Info("reserved GPUs", "pod", klog.KObj(pod), "node", nodeName, "devices", choice.Devices(), "milli", choice.Milli)
 	return nil
 }
@@ -350,7 +375,12 @@ func (pl *GPUFit) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	if rs == nil {
 		return // this cycle reserved nothing
 	}
-	if b := rs.bind.Load(); b != nil && !b.notBound {
+	b := rs.bind.Load()
+	if rs.locked.Load() && (b == nil || b.notBound) {
+		// Nothing of this bind reached the node: let the next one in.
+		go pl.unlockNode(pod, rs.node)
+	}
+	if b != nil && !b.notBound {
 		klog.FromContext(ctx).V(2).Info("bind failed but may have landed: keeping the GPUs until the pod is seen", "pod", klog.KObj(pod), "node", rs.node)
 		pl.shared.Tracker().SetUncertain(pod.UID, rs.seq, true)
 		go pl.verifyRelease(pod, rs.node, rs.seq, b.at, b.mayLand)
@@ -474,7 +504,8 @@ func isDefinite(err error) bool {
 // when it is not written with the binding. (Success here also makes the
 // scheduler record the nominated node: one more write.)
 func (pl *GPUFit) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
-	if _, err := cs.Read(reserveStateKey); err != nil || pl.args.AssignmentWrite != config.WriteAtPreBind {
+	rs := readReserve(cs)
+	if rs == nil || (pl.args.AssignmentWrite != config.WriteAtPreBind && rs.hami == nil) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	return &fwk.PreBindPreFlightResult{AllowParallel: true}, nil
@@ -498,7 +529,7 @@ func (pl *GPUFit) Bind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 	}
 	binding := &v1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
-			Annotations: map[string]string{gpu.AnnotationAssignment: gpu.NewAssignment(nodeName, rs.choice).String()}},
+			Annotations: pl.bindAnnotations(rs, nodeName)},
 		Target: v1.ObjectReference{Kind: "Node", Name: nodeName},
 	}
 	client := pl.handle.ClientSet()
@@ -520,14 +551,24 @@ func (pl *GPUFit) Bind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 // the shipped RBAC does not grant (docs/api.md).
 func (pl *GPUFit) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	rs := readReserve(cs)
-	if rs == nil || pl.args.AssignmentWrite != config.WriteAtPreBind {
+	if rs == nil {
 		return nil
 	}
-	value := gpu.NewAssignment(nodeName, rs.choice).String()
-	if pod.Annotations[gpu.AnnotationAssignment] == value {
+	if rs.hami != nil {
+		if st := pl.lockNode(ctx, pod, nodeName); st != nil {
+			return st
+		}
+		rs.locked.Store(true)
+	}
+	if pl.args.AssignmentWrite != config.WriteAtPreBind {
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{gpu.AnnotationAssignment: value}}})
+	meta := map[string]any{"annotations": pl.bindAnnotations(rs, nodeName)}
+	if rs.hami != nil {
+		// HAMi's scheduler labels the pod too (its monitor reads it).
+		meta["labels"] = map[string]string{hami.AnnotationVGPUNode: nodeName}
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
@@ -539,4 +580,72 @@ func (pl *GPUFit) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 		return fwk.AsStatus(fmt.Errorf("writing %s on pod %s/%s: %w", gpu.AnnotationAssignment, pod.Namespace, pod.Name, err))
 	}
 	return nil
+}
+
+// bindAnnotations are what the bind writes on the pod: the assignment, and
+// on a node whose HAMi device plugin delivers the pod's GPUs, what that
+// plugin reads.
+func (pl *GPUFit) bindAnnotations(rs *reserveState, node string) map[string]string {
+	a := map[string]string{gpu.AnnotationAssignment: gpu.NewAssignment(node, rs.choice).String()}
+	if rs.hami != nil {
+		for k, v := range hami.BindAnnotations(node, rs.hami, time.Now()) {
+			a[k] = v
+		}
+	}
+	return a
+}
+
+// lockNode takes the node's HAMi lock for the pod, waiting up to
+// hami.lockWaitSeconds while another pod's bind holds it: the device plugin
+// serves whichever pod holds the lock, so binds on one node go one at a
+// time. A stale lock (older than hami.nodeLockExpirySeconds, or whose pod is
+// gone) is taken over.
+func (pl *GPUFit) lockNode(ctx context.Context, pod *v1.Pod, node string) *fwk.Status {
+	client := pl.handle.ClientSet()
+	if client == nil {
+		return fwk.AsStatus(fmt.Errorf("no client to lock node %s", node))
+	}
+	expiry := time.Duration(pl.args.HAMi.NodeLockExpirySeconds) * time.Second
+	deadline := time.Now().Add(time.Duration(pl.args.HAMi.LockWaitSeconds) * time.Second)
+	gone := func(ctx context.Context, ns, name string) (bool, error) {
+		_, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	}
+	wait := 50 * time.Millisecond
+	for {
+		err := hami.LockNode(ctx, client, node, pod.Namespace, pod.Name, time.Now(), expiry, gone)
+		if err == nil {
+			return nil
+		}
+		var locked *hami.ErrLocked
+		if !errors.As(err, &locked) {
+			return fwk.AsStatus(fmt.Errorf("taking %s on node %s: %w", hami.AnnotationNodeLock, node, err))
+		}
+		if time.Now().After(deadline) {
+			return fwk.NewStatus(fwk.Unschedulable, ErrReasonNodeLocked+": "+err.Error())
+		}
+		klog.FromContext(ctx).V(4).Info("waiting for the node's lock", "pod", klog.KObj(pod), "node", node, "holder", locked.Holder)
+		select {
+		case <-ctx.Done():
+			return fwk.AsStatus(ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// unlockNode releases the node's lock if the pod still holds it.
+func (pl *GPUFit) unlockNode(pod *v1.Pod, node string) {
+	client := pl.handle.ClientSet()
+	if client == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(pl.ctx, 10*time.Second)
+	defer cancel()
+	if err := hami.ReleaseNodeLock(ctx, client, node, pod.Namespace, pod.Name); err != nil {
+		klog.FromContext(pl.ctx).Info("could not release the node's lock; it expires", "pod", klog.KObj(pod), "node", node, "err", err)
+	}
 }

@@ -61,6 +61,15 @@ type testEnv struct {
 	act      *gputest.Activator
 }
 
+// accountingArgs are the default args with accounting-only sharing on: most
+// tests here are of the accounting, on nodes without a device agent; the
+// delivery rule has tests of its own (hami_test.go).
+func accountingArgs() *config.GPUFitArgs {
+	a := scheme.DefaultGPUFitArgs()
+	a.AccountingOnlySharing = true
+	return a
+}
+
 // newEnv builds a framework handle over a snapshot and the plugin on it.
 // The informers are not started: tests put objects in their stores directly.
 func newEnv(tCtx context.Context, t *testing.T, args *config.GPUFitArgs, nodes []*v1.Node, pods []*v1.Pod) *testEnv {
@@ -77,10 +86,10 @@ func newEnv(tCtx context.Context, t *testing.T, args *config.GPUFitArgs, nodes [
 	if err != nil {
 		t.Fatal(err)
 	}
-	var obj runtime.Object
-	if args != nil {
-		obj = args
+	if args == nil {
+		args = accountingArgs()
 	}
+	var obj runtime.Object = args
 	p, err := New(tCtx, obj, fh)
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +220,7 @@ func TestPreFilterInvalid(t *testing.T) {
 		"milli range":        {sharedPod("p", "1500").Obj(), `gpu-scheduler.io/gpu-milli="1500": must be an integer from 1 to 999`},
 		"fraction":           {st.MakePod().Name("p").Annotation(gpu.AnnotationKAIFraction, "1.5").Obj(), `gpu-fraction="1.5": must be a decimal fraction greater than 0 and less than 1`},
 		"fraction and milli": {sharedPod("p", "100").Annotation(gpu.AnnotationKAIFraction, "0.1").Obj(), `gpu-fraction="0.1": conflicts with gpu-scheduler.io/gpu-milli`},
-		"shared with whole":  {wholePod("p", "2").Annotation(gpu.AnnotationMilli, "100").Obj(), `cannot be combined with a whole-GPU request (nvidia.com/gpu: 2)`},
+		"shared with whole":  {wholePod("p", "2").Annotation(gpu.AnnotationMilli, "100").Obj(), `request nvidia.com/gpu: 1 (delivered by a device plugin that enforces shares) or none (accounting only), not 2`},
 		"memory":             {st.MakePod().Name("p").Annotation(gpu.AnnotationMemory, "-3").Obj(), `gpu-scheduler.io/gpu-memory="-3": must be a positive amount`},
 		"num devices":        {st.MakePod().Name("p").Annotation(gpu.AnnotationKAIFraction, "0.5").Annotation(gpu.AnnotationKAIFractionNumDevices, "3").Obj(), `gpu-fraction-num-devices="3": a fraction of more than one device is not supported`},
 		"model empty":        {wholePod("p", "1").Annotation(gpu.AnnotationModel, "|").Obj(), `gpu-scheduler.io/gpu-model="|": must list at least one GPU model`},
@@ -255,7 +264,7 @@ func TestReserveBindUnreserve(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			tCtx := ktesting.Init(t)
 			node := gpuNode("n", "2").Obj()
-			args := scheme.DefaultGPUFitArgs()
+			args := accountingArgs()
 			args.AssignmentWrite = mode
 			e := newEnv(tCtx, t, args, []*v1.Node{node}, []*v1.Pod{boundPod("a", "n", "n:0=600")})
 			pod := sharedPod("s", "300").Obj()
@@ -449,7 +458,7 @@ func TestStaleReservation(t *testing.T) {
 
 func TestNewValidatesArgs(t *testing.T) {
 	tCtx := ktesting.Init(t)
-	args := scheme.DefaultGPUFitArgs()
+	args := accountingArgs()
 	args.GPUResourceNames = []string{"gpu"}
 	args.Requeue.Workers = 0
 	fh, _ := frameworkruntime.NewFramework(tCtx, nil, nil)

@@ -8,8 +8,10 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
 
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fault"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/internal/objects"
 )
 
 // EventsToRegister lists every event that can turn a GPUFit rejection into a
@@ -17,7 +19,7 @@ import (
 // the event, given that node's current devices and reservations?
 func (pl *GPUFit) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	events := []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel | fwk.UpdateNodeAnnotation}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPodDelete},
 		// Annotation changes come as the general Update.
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Update}, QueueingHintFn: pl.isSchedulableAfterPodUpdate},
@@ -57,11 +59,25 @@ func (pl *GPUFit) fitsNow(logger klog.Logger, pod *v1.Pod, node *v1.Node) fwk.Qu
 }
 
 func (pl *GPUFit) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
-	_, node, err := schedutil.As[*v1.Node](oldObj, newObj)
+	old, node, err := schedutil.As[*v1.Node](oldObj, newObj)
 	if err != nil {
 		return fwk.Queue, err
 	}
+	if old != nil && sameDevices(old, node) {
+		// A node lock taken or released, a heartbeat annotation: no
+		// device came or went.
+		return fwk.QueueSkip, nil
+	}
 	return pl.fitsNow(logger, pod, node), nil
+}
+
+// sameDevices reports whether two versions of a node report the same GPUs:
+// labels, allocatable, and the device agent's registration and cordon.
+func sameDevices(a, b *v1.Node) bool {
+	return objects.EqualLabels(a.Labels, b.Labels) && objects.EqualResources(a.Status.Allocatable, b.Status.Allocatable) &&
+		objects.EqualResources(a.Status.Capacity, b.Status.Capacity) &&
+		a.Annotations[hami.AnnotationRegister] == b.Annotations[hami.AnnotationRegister] &&
+		a.Annotations[hami.AnnotationCordon] == b.Annotations[hami.AnnotationCordon]
 }
 
 // usesGPU is whether a bound pod holds devices: what it requests, whoever
@@ -101,6 +117,9 @@ func (pl *GPUFit) isSchedulableAfterPodUpdate(logger klog.Logger, pod *v1.Pod, o
 	// are the same, nothing can have been freed. Neither can a pod that asks
 	// for no GPU free one, whatever its annotations say.
 	if oldPod.Annotations[gpu.AnnotationAssignment] == newPod.Annotations[gpu.AnnotationAssignment] &&
+		oldPod.Annotations[hami.AnnotationAllocated] == newPod.Annotations[hami.AnnotationAllocated] &&
+		oldPod.Annotations[hami.AnnotationVGPUNode] == newPod.Annotations[hami.AnnotationVGPUNode] &&
+		terminal(oldPod) == terminal(newPod) &&
 		sameGPURequest(oldPod, newPod, pl.reqOpts) || (!pl.usesGPU(oldPod) && !pl.usesGPU(newPod)) || fault.DropFreedGPU() {
 		return fwk.QueueSkip, nil
 	}
@@ -130,6 +149,11 @@ func (pl *GPUFit) isSchedulableAfterTargetPodUpdate(logger klog.Logger, pod *v1.
 	}
 	logger.V(5).Info("the pod's GPU request changed", "pod", klog.KObj(pod))
 	return fwk.Queue, nil
+}
+
+// terminal pods hold nothing.
+func terminal(p *v1.Pod) bool {
+	return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
 }
 
 // sameGPURequest compares what ParseRequest reads, without parsing.

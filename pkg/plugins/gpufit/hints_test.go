@@ -12,7 +12,6 @@ import (
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
 	tk "k8s.io/kubernetes/test/utils/ktesting"
 
-	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/internal/shared"
 )
@@ -27,10 +26,10 @@ func TestEventsToRegister(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[fwk.ClusterEvent]bool{
-		{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel}: true,
-		{Resource: fwk.AssignedPod, ActionType: fwk.Delete}:                                         true,
-		{Resource: fwk.AssignedPod, ActionType: fwk.Update}:                                         true,
-		{Resource: fwk.TargetPod, ActionType: fwk.Update}:                                           true,
+		{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel | fwk.UpdateNodeAnnotation}: true,
+		{Resource: fwk.AssignedPod, ActionType: fwk.Delete}:                                                                    true,
+		{Resource: fwk.AssignedPod, ActionType: fwk.Update}:                                                                    true,
+		{Resource: fwk.TargetPod, ActionType: fwk.Update}:                                                                      true,
 	}
 	if len(events) != len(want) {
 		t.Fatalf("got %d events", len(events))
@@ -44,7 +43,7 @@ func TestEventsToRegister(t *testing.T) {
 		}
 	}
 	// With hints off (the measured baseline), every event requeues.
-	args := scheme.DefaultGPUFitArgs()
+	args := accountingArgs()
 	args.Requeue.QueueingHints = false
 	off := newEnv(tCtx, t, args, nil, nil)
 	events, _ = off.pl.EventsToRegister(tCtx)

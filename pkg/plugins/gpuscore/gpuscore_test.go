@@ -68,7 +68,12 @@ func newProfile(t *testing.T, args *config.GPUScoreArgs, nodes []*v1.Node, pods 
 	fh, err := tf.NewFramework(tCtx, []tf.RegisterPluginFunc{
 		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
 		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
-		tf.RegisterPluginAsExtensions(gpufit.Name, gpufit.New, "PreFilter", "Filter", "Reserve", "PreBind"),
+		tf.RegisterPluginAsExtensions(gpufit.Name, func(ctx ctxT, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+			// The scores are measured on accounting alone (no device agent).
+			fit := scheme.DefaultGPUFitArgs()
+			fit.AccountingOnlySharing = true
+			return gpufit.New(ctx, fit, h)
+		}, "PreFilter", "Filter", "Reserve", "PreBind"),
 		tf.RegisterPluginAsExtensions(Name, func(ctx ctxT, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 			return New(ctx, args, h)
 		}, "PreScore", "Score"),

@@ -61,6 +61,12 @@ func Convert_v1_GPUFitArgs_To_config_GPUFitArgs(in *GPUFitArgs, out *config.GPUF
 	out.GPUProductLabel = ptr.Deref(in.GPUProductLabel, "")
 	out.GPUMemoryLabel = ptr.Deref(in.GPUMemoryLabel, "")
 	out.AssignmentWrite = ptr.Deref(in.AssignmentWrite, "")
+	out.AccountingOnlySharing = ptr.Deref(in.AccountingOnlySharing, false)
+	out.HAMi = config.HAMiArgs{}
+	if h := in.HAMi; h != nil {
+		out.HAMi = config.HAMiArgs{Enabled: ptr.Deref(h.Enabled, false), NodeLockExpirySeconds: ptr.Deref(h.NodeLockExpirySeconds, 0),
+			LockWaitSeconds: ptr.Deref(h.LockWaitSeconds, 0)}
+	}
 	out.Requeue = config.RequeueArgs{}
 	if r := in.Requeue; r != nil {
 		out.Requeue = config.RequeueArgs{
@@ -82,6 +88,8 @@ func Convert_config_GPUFitArgs_To_v1_GPUFitArgs(in *config.GPUFitArgs, out *GPUF
 	out.GPUProductLabel = ptr.To(in.GPUProductLabel)
 	out.GPUMemoryLabel = ptr.To(in.GPUMemoryLabel)
 	out.AssignmentWrite = ptr.To(in.AssignmentWrite)
+	out.AccountingOnlySharing = ptr.To(in.AccountingOnlySharing)
+	out.HAMi = &HAMiArgs{Enabled: ptr.To(in.HAMi.Enabled), NodeLockExpirySeconds: ptr.To(in.HAMi.NodeLockExpirySeconds), LockWaitSeconds: ptr.To(in.HAMi.LockWaitSeconds)}
 	r := in.Requeue
 	out.Requeue = &RequeueArgs{
 		Enabled:                   ptr.To(r.Enabled),

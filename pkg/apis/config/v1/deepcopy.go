@@ -21,6 +21,10 @@ func (in *GPUFitArgs) DeepCopyObject() runtime.Object {
 	}
 	out := &GPUFitArgs{TypeMeta: in.TypeMeta, GPUResourceNames: slices.Clone(in.GPUResourceNames),
 		GPUProductLabel: clonePtr(in.GPUProductLabel), GPUMemoryLabel: clonePtr(in.GPUMemoryLabel), AssignmentWrite: clonePtr(in.AssignmentWrite)}
+	out.AccountingOnlySharing = clonePtr(in.AccountingOnlySharing)
+	if h := in.HAMi; h != nil {
+		out.HAMi = &HAMiArgs{Enabled: clonePtr(h.Enabled), NodeLockExpirySeconds: clonePtr(h.NodeLockExpirySeconds), LockWaitSeconds: clonePtr(h.LockWaitSeconds)}
+	}
 	if r := in.Requeue; r != nil {
 		out.Requeue = &RequeueArgs{Enabled: clonePtr(r.Enabled), Workers: clonePtr(r.Workers),
 			ResyncPeriodSeconds: clonePtr(r.ResyncPeriodSeconds), BackoffBaseMilliseconds: clonePtr(r.BackoffBaseMilliseconds),

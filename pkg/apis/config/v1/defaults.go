@@ -24,6 +24,21 @@ func SetDefaults_GPUFitArgs(obj *GPUFitArgs) {
 	if obj.AssignmentWrite == nil {
 		obj.AssignmentWrite = ptr.To("Bind")
 	}
+	if obj.AccountingOnlySharing == nil {
+		obj.AccountingOnlySharing = ptr.To(false)
+	}
+	if obj.HAMi == nil {
+		obj.HAMi = &HAMiArgs{}
+	}
+	if obj.HAMi.Enabled == nil {
+		obj.HAMi.Enabled = ptr.To(true)
+	}
+	if obj.HAMi.NodeLockExpirySeconds == nil {
+		obj.HAMi.NodeLockExpirySeconds = ptr.To[int32](300)
+	}
+	if obj.HAMi.LockWaitSeconds == nil {
+		obj.HAMi.LockWaitSeconds = ptr.To[int32](30)
+	}
 	if obj.Requeue == nil {
 		obj.Requeue = &RequeueArgs{}
 	}

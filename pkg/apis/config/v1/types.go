@@ -29,6 +29,27 @@ type GPUFitArgs struct {
 	// the default binder binds (three writes per pod with the nominated
 	// node name). Default: Bind.
 	AssignmentWrite *string `json:"assignmentWrite,omitempty"`
+	// AccountingOnlySharing places GPU shares on nodes where nothing
+	// delivers them: a share requested by annotation alone (no
+	// nvidia.com/gpu) is then accounted but not enforced, and nodes without
+	// HAMi's device plugin take shares too. For a device plugin of your own
+	// that reads the assignment, and for simulation. Default: false.
+	AccountingOnlySharing *bool `json:"accountingOnlySharing,omitempty"`
+	// HAMi configures nodes that run HAMi's device plugin.
+	HAMi *HAMiArgs `json:"hami,omitempty"`
+}
+
+// HAMiArgs configures how nodes that run HAMi's device plugin are served.
+type HAMiArgs struct {
+	// Enabled reads HAMi's device registration on the nodes that carry it
+	// and speaks its device-plugin protocol there. Default: true.
+	Enabled *bool `json:"enabled,omitempty"`
+	// NodeLockExpirySeconds is when a node lock is stale and may be taken
+	// over; keep it equal to HAMi's HAMI_NODELOCK_EXPIRE. Default: 300.
+	NodeLockExpirySeconds *int32 `json:"nodeLockExpirySeconds,omitempty"`
+	// LockWaitSeconds is how long a bind waits for another pod's node lock
+	// before the pod goes back to the queue. Default: 30.
+	LockWaitSeconds *int32 `json:"lockWaitSeconds,omitempty"`
 }
 
 // RequeueArgs configures the reconcile-style requeue of unschedulable pods.

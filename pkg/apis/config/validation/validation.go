@@ -47,6 +47,13 @@ func ValidateGPUFitArgs(path *field.Path, args *config.GPUFitArgs) error {
 	default:
 		errs = append(errs, field.NotSupported(path.Child("assignmentWrite"), args.AssignmentWrite, []string{config.WriteAtBind, config.WriteAtPreBind}))
 	}
+	hp := path.Child("hami")
+	if args.HAMi.NodeLockExpirySeconds < 1 {
+		errs = append(errs, field.Invalid(hp.Child("nodeLockExpirySeconds"), args.HAMi.NodeLockExpirySeconds, "must be at least 1"))
+	}
+	if args.HAMi.LockWaitSeconds < 0 || args.HAMi.LockWaitSeconds > 600 {
+		errs = append(errs, field.Invalid(hp.Child("lockWaitSeconds"), args.HAMi.LockWaitSeconds, "must be from 0 to 600"))
+	}
 	r := args.Requeue
 	rp := path.Child("requeue")
 	if r.Workers < 1 || r.Workers > 64 {

@@ -1,0 +1,233 @@
+package hami
+
+import (
+	"sort"
+	"strconv"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+)
+
+// Agent is HAMi's device plugin as the GPU domain sees it (gpu.Agent): the
+// devices a node registers, the request dialect, and the per-pod device
+// record. It is a comparable value, so that profiles can check that they
+// read devices the same way.
+type Agent struct {
+	Config Config
+	// ProductLabel, when the node has it, names the model (GFD's product
+	// label, which exact model constraints are written against); HAMi's
+	// own type name otherwise.
+	ProductLabel string
+}
+
+var _ gpu.Agent = Agent{}
+
+// AgentName is how messages name it.
+func (Agent) AgentName() string { return "HAMi" }
+
+// Devices reads the registration. A node without it is not HAMi's; one
+// whose registration does not parse has no device (its allocatable counts
+// HAMi's slots, never GPUs). Devices follow the plugin's index; a device
+// is healthy when the plugin says so and the node's allocatable
+// nvidia.com/gpu is above 0 (HAMi's own rule). Devices in mig or mps mode
+// are left out: their protocol is not implemented.
+func (a Agent) Devices(node *v1.Node) ([]gpu.Device, bool) {
+	v, ok := node.Annotations[AnnotationRegister]
+	if !ok {
+		return nil, false
+	}
+	out := []gpu.Device{}
+	ds, err := ParseRegister(v)
+	if err != nil {
+		return out, true
+	}
+	sort.SliceStable(ds, func(i, j int) bool {
+		if ds[i].Index != ds[j].Index {
+			return ds[i].Index < ds[j].Index
+		}
+		return ds[i].ID < ds[j].ID
+	})
+	q := node.Status.Allocatable[ResourceGPU]
+	allocatable := q.Sign() > 0
+	cordoned := Cordoned(node.Annotations[AnnotationCordon])
+	model := node.Labels[a.ProductLabel]
+	seen := map[string]bool{}
+	for _, d := range ds {
+		if d.ID == "" || seen[d.ID] || (d.Mode != "" && d.Mode != ModeHAMiCore) {
+			continue
+		}
+		seen[d.ID] = true
+		m := model
+		if m == "" {
+			m = d.Type
+		}
+		out = append(out, gpu.Device{UUID: d.ID, Model: m, MemoryMiB: int64(d.Devmem), Cores: d.Devcore, Slots: d.Count,
+			Healthy: d.Health && allocatable, Cordoned: cordoned[d.ID]})
+	}
+	return out, true
+}
+
+// hasShareKeys reports which share resources a container sets.
+func hasShareKeys(c *v1.Container) (mem, pct, cores bool) {
+	has := func(n v1.ResourceName) bool {
+		_, l := c.Resources.Limits[n]
+		_, r := c.Resources.Requests[n]
+		return l || r
+	}
+	return has(ResourceMemory), has(ResourceMemoryPercent), has(ResourceCores)
+}
+
+// Share reads HAMi's dialect: a container with nvidia.com/gpu and one of
+// nvidia.com/gpumem, gpumem-percentage or gpucores. HAMi's webhook does not
+// see pods of other schedulers, so its defaults are applied here: without
+// gpucores, a request of all the memory (or of no memory) takes all the
+// cores, which makes it exclusive. A pod without these resources does not
+// use the dialect (nvidia.com/gpu alone is whole GPUs). What HAMi would
+// silently ignore (gpumem that is not a plain integer) is an error, and so
+// is a share in more than one container, which gpu-scheduler does not
+// place.
+func (a Agent) Share(pod *v1.Pod) (int32, gpu.DeviceShare, bool, error) {
+	var found ContainerRequest
+	var hasMem, hasCores bool
+	n := 0
+	check := func(cs []v1.Container) error {
+		for i := range cs {
+			c := &cs[i]
+			mem, pct, cores := hasShareKeys(c)
+			if !mem && !pct && !cores {
+				continue
+			}
+			r := ParseContainerRequest(c, a.Config)
+			if r.Nums == 0 {
+				key := ResourceGPU
+				v := ""
+				if q, ok := c.Resources.Limits[ResourceGPU]; ok {
+					v = q.String()
+				}
+				rule := "a share needs " + ResourceGPU + ": N (a whole number of devices) in the same container"
+				if mem {
+					key = ResourceMemory
+					q := c.Resources.Limits[ResourceMemory]
+					if _, ok := c.Resources.Limits[ResourceMemory]; !ok {
+						q = c.Resources.Requests[ResourceMemory]
+					}
+					v = q.String()
+					rule = "must be a plain number of MiB (20000, not 20Gi), with " + ResourceGPU + ": N in the same container"
+				}
+				return &gpu.InvalidError{Key: key, Value: v, Rule: rule, Resource: true}
+			}
+			n++
+			found, hasMem, hasCores = r, mem || pct, cores
+		}
+		return nil
+	}
+	if err := check(pod.Spec.InitContainers); err != nil {
+		return 0, gpu.DeviceShare{}, false, err
+	}
+	if err := check(pod.Spec.Containers); err != nil {
+		return 0, gpu.DeviceShare{}, false, err
+	}
+	if n == 0 {
+		return 0, gpu.DeviceShare{}, false, nil
+	}
+	if n > 1 {
+		return 0, gpu.DeviceShare{}, false, &gpu.InvalidError{Key: ResourceMemory, Value: strconv.Itoa(n) + " containers", Resource: true,
+			Rule: "gpu-scheduler places a GPU share for one container of a pod; put the GPU work in one container"}
+	}
+	sh := gpu.DeviceShare{Cores: found.Coresreq}
+	if found.Memreq > 0 {
+		sh.MemoryMiB = int64(found.Memreq)
+	} else {
+		sh.Permille = found.MemPercentagereq * 10
+	}
+	if !hasCores && (found.MemPercentagereq == 100 || !hasMem) {
+		sh.Cores = 100
+	}
+	return found.Nums, sh, true, nil
+}
+
+// Uses reads the pod's device record as HAMi's scheduler counts it: the
+// allocated list, on the node the pod's vgpu-node annotation names, added
+// up per GPU (CollapseInitContainerUsage).
+func (Agent) Uses(pod *v1.Pod, node string) ([]gpu.DeviceUse, bool) {
+	if pod.Annotations[AnnotationVGPUNode] != node {
+		return nil, false
+	}
+	v, ok := pod.Annotations[AnnotationAllocated]
+	if !ok {
+		return nil, false
+	}
+	pd, err := DecodePodDevices(v)
+	if err != nil {
+		return nil, false
+	}
+	u := PodUsage(pod, pd)
+	if len(u) == 0 {
+		return nil, false
+	}
+	out := make([]gpu.DeviceUse, 0, len(u))
+	for id, x := range u {
+		out = append(out, gpu.DeviceUse{UUID: id, MemoryMiB: x.Mem, Cores: int32(min(x.Cores, 1<<30)), Slots: x.Slots})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].UUID < out[j].UUID })
+	return out, true
+}
+
+// Allocation is the device list for a pod given the devices chosen (in
+// index order) and the share each takes: every container that requests
+// nvidia.com/gpu gets as many of them as it requests, in order (init
+// containers first, which run before the others and may reuse the same
+// devices); the others get an empty entry.
+func Allocation(pod *v1.Pod, devs []gpu.Device, share gpu.DeviceShare) PodDevices {
+	var pd PodDevices
+	next := 0
+	add := func(cs []v1.Container, reuse bool) {
+		for i := range cs {
+			q, ok := cs[i].Resources.Limits[ResourceGPU]
+			if !ok {
+				q, ok = cs[i].Resources.Requests[ResourceGPU]
+			}
+			n, isInt := q.AsInt64()
+			if !ok || !isInt || n <= 0 || len(devs) == 0 {
+				pd = append(pd, ContainerDevices{})
+				continue
+			}
+			at := next
+			if reuse {
+				at = 0
+			}
+			cd := make(ContainerDevices, 0, n)
+			for k := int64(0); k < n && k < int64(len(devs)); k++ {
+				d := &devs[(at+int(k))%len(devs)]
+				cd = append(cd, ContainerDevice{UUID: d.UUID, Type: Family,
+					Usedmem: int32(min(share.MemoryOn(d.MemoryMiB), 1<<31-1)), Usedcores: share.Cores})
+			}
+			if !reuse {
+				next += len(cd)
+			}
+			pd = append(pd, cd)
+		}
+	}
+	add(pod.Spec.InitContainers, true)
+	add(pod.Spec.Containers, false)
+	return pd
+}
+
+// BindAnnotations are the pod annotations the device plugin reads, as HAMi's
+// scheduler writes them: the node, the time of the decision, the device
+// list twice (the plugin consumes one, accounting reads the other), and
+// the bind phase and time. Times are Unix seconds.
+func BindAnnotations(node string, pd PodDevices, now time.Time) map[string]string {
+	list := EncodePodDevices(pd)
+	ts := strconv.FormatInt(now.Unix(), 10)
+	return map[string]string{
+		AnnotationVGPUNode:   node,
+		AnnotationVGPUTime:   ts,
+		AnnotationToAllocate: list,
+		AnnotationAllocated:  list,
+		AnnotationBindPhase:  BindAllocating,
+		AnnotationBindTime:   ts,
+	}
+}
