@@ -27,6 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpu-scheduler/gpu-scheduler/manifests"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fakekubelet"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
@@ -95,7 +96,13 @@ func run(ctx context.Context, bin, namespace string, keep bool, timeout time.Dur
 		if err := fleet.Create(ctx, client, fleet.Demo()...); err != nil {
 			return err
 		}
-		step("registered %d fake nodes with GFD labels; a fake kubelet keeps them Ready", len(fleet.Demo()))
+		hamiNodes := 0
+		for _, n := range fleet.Demo() {
+			if n.HAMiSplit > 0 {
+				hamiNodes++
+			}
+		}
+		step("registered %d fake nodes with GFD labels, %d of them running HAMi's device plugin (fake: it registers the GPUs by UUID and hands each container the devices and limits chosen); a fake kubelet keeps them Ready", len(fleet.Demo()), hamiNodes)
 		go fakekubelet.New(client).Run(ctx)
 		if keep {
 			fmt.Printf("    kubeconfig: %s\n", cp.Kubeconfig)
@@ -224,7 +231,7 @@ func printTable(pods []v1.Pod, nodes []v1.Node) {
 	}
 	fmt.Println()
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "POD\tREQUEST\tNODE\tMODEL\tDEVICES\tSTATUS")
+	fmt.Fprintln(w, "POD\tREQUEST\tNODE\tMODEL\tDEVICES\tDELIVERED (HAMi: UUID, memory and SM limit)\tSTATUS")
 	for i := range pods {
 		p := &pods[i]
 		node, model, devices := "-", "-", "-"
@@ -248,14 +255,38 @@ func printTable(pods []v1.Pod, nodes []v1.Node) {
 		} else if msg := unschedulable(p); msg != "" {
 			status = "Pending: " + msg
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, describe(p), node, model, devices, status)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, describe(p), node, model, devices, delivered(p), status)
 	}
 	w.Flush()
 	fmt.Println()
 }
 
+// delivered is what HAMi's device plugin was told to enforce for the pod
+// (its allocated list), with the handshake's outcome.
+func delivered(p *v1.Pod) string {
+	v, ok := p.Annotations[hami.AnnotationAllocated]
+	if !ok {
+		return "-"
+	}
+	pd, err := hami.DecodePodDevices(v)
+	if err != nil {
+		return "unreadable"
+	}
+	var parts []string
+	for _, cd := range pd {
+		for _, d := range cd {
+			limit := fmt.Sprintf("%d%% SM", d.Usedcores)
+			if d.Usedcores == 0 || d.Usedcores >= 100 {
+				limit = "SM unthrottled"
+			}
+			parts = append(parts, fmt.Sprintf("%s %dMiB %s", d.UUID, d.Usedmem, limit))
+		}
+	}
+	return strings.Join(parts, ", ") + " [" + p.Annotations[hami.AnnotationBindPhase] + "]"
+}
+
 func describe(p *v1.Pod) string {
-	r, err := gpu.ParseRequest(p, gpu.DefaultRequestOptions)
+	r, err := gpu.ParseRequest(p, gpu.RequestOptions{ResourceNames: []v1.ResourceName{gpu.ResourceNvidiaGPU}, Agent: hami.Agent{}})
 	if err != nil {
 		return "invalid"
 	}
@@ -267,8 +298,16 @@ func describe(p *v1.Pod) string {
 		s = fmt.Sprintf("%dm GPU", r.Milli)
 	case r.MemoryMiB > 0:
 		s = fmt.Sprintf("%dMiB GPU", r.MemoryMiB)
+	case r.ShareCount > 0:
+		s = fmt.Sprintf("%d x (%dMiB, %d%% SM) GPU", r.ShareCount, r.Share.MemoryMiB, r.Share.Cores)
+		if r.Share.MemoryMiB == 0 {
+			s = fmt.Sprintf("%d x (%d%%, %d%% SM) GPU", r.ShareCount, r.Share.Permille/10, r.Share.Cores)
+		}
 	default:
 		s = "CPU only"
+	}
+	if r.Slot {
+		s += " (1 slot)"
 	}
 	if !r.Models.Empty() {
 		s += " " + r.Models.String()

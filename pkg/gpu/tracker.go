@@ -40,18 +40,83 @@ type Tracker struct {
 	added  map[string]*slot
 	mu     sync.RWMutex
 	byUID  map[types.UID]string
+	// pendingAt indexes the in-flight pods of other schedulers by node.
+	pendingAt map[types.UID]string
 }
 
 type slot struct {
 	mu           sync.Mutex
 	reservations map[types.UID]Reservation
-	version      atomic.Uint64
-	cached       atomic.Pointer[NodeState]
+	// pending are pods another scheduler chose this node's devices for
+	// and has not bound yet: the agent's record names the node (HAMi's
+	// scheduler writes it before it binds).
+	pending map[types.UID]pendingPod
+	version atomic.Uint64
+	cached  atomic.Pointer[NodeState]
 }
 
 type stateKey struct {
 	generation int64
 	version    uint64
+	// until, if set, is when the state expires (an in-flight pod of
+	// another scheduler stops counting then), in Unix nanoseconds.
+	until int64
+}
+
+type pendingPod struct {
+	pod   *v1.Pod
+	until time.Time
+}
+
+// PendingWindow is how long another scheduler's in-flight pod holds the
+// devices its record names before it is bound: HAMi's node lock expiry, the
+// longest its bind can take.
+const PendingWindow = 5 * time.Minute
+
+// SetPending records (node != "") or forgets (node == "") a pod that another
+// scheduler chose devices for on node and has not bound yet; it holds
+// them, as that scheduler's own accounting says, until it is bound or gone,
+// or since is PendingWindow old.
+func (t *Tracker) SetPending(pod *v1.Pod, node string, since time.Time) {
+	if node == "" {
+		// Every pod event comes here: most never were pending.
+		t.mu.RLock()
+		_, had := t.pendingAt[pod.UID]
+		t.mu.RUnlock()
+		if !had {
+			return
+		}
+	}
+	t.mu.Lock()
+	prev, had := t.pendingAt[pod.UID]
+	if node == "" {
+		delete(t.pendingAt, pod.UID)
+	} else {
+		if t.pendingAt == nil {
+			t.pendingAt = map[types.UID]string{}
+		}
+		t.pendingAt[pod.UID] = node
+	}
+	t.mu.Unlock()
+	if had && prev != node {
+		if s := t.slot(prev, false); s != nil {
+			s.mu.Lock()
+			delete(s.pending, pod.UID)
+			s.version.Add(1)
+			s.mu.Unlock()
+		}
+	}
+	if node == "" {
+		return
+	}
+	s := t.slot(node, true)
+	s.mu.Lock()
+	if s.pending == nil {
+		s.pending = map[types.UID]pendingPod{}
+	}
+	s.pending[pod.UID] = pendingPod{pod: pod, until: since.Add(PendingWindow)}
+	s.version.Add(1)
+	s.mu.Unlock()
 }
 
 // Reservation is an in-flight device choice for a pod.
@@ -137,6 +202,9 @@ func (t *Tracker) Lookup(node string, generation int64) *NodeState {
 	}
 	st := s.cached.Load()
 	if st == nil || st.key.generation != generation || st.key.version != s.version.Load() {
+		return nil
+	}
+	if st.key.until != 0 && time.Now().UnixNano() > st.key.until {
 		return nil
 	}
 	return st
@@ -392,6 +460,9 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 		}
 		at := note(pod, devices, milli, HoldRequest, ignored)
 		loose = append(loose, held{devices: devices, milli: milli, share: h.share, order: pod.Namespace + "/" + pod.Name + "/" + string(pod.UID), at: at})
+	}
+	if len(s.pending) > 0 {
+		t.countPending(st, s, pods, exclude, explain)
 	}
 	alive := t.alive.Load()
 	for uid, r := range s.reservations {
@@ -652,4 +723,35 @@ func (t *Tracker) removeSlot(node string) *slot {
 	}
 	t.slots.Store(&n)
 	return s
+}
+
+// countPending adds the in-flight pods of other schedulers: by their record,
+// where it names devices of the node; not once bound (then they are among
+// pods), reserved by us, or past their window.
+func (t *Tracker) countPending(st *NodeState, s *slot, pods []*v1.Pod, exclude types.UID, explain *[]Holding) {
+	now := time.Now()
+	seen := make(map[types.UID]bool, len(pods))
+	for _, p := range pods {
+		seen[p.UID] = true
+	}
+	for uid, pp := range s.pending {
+		if seen[uid] || uid == exclude || now.After(pp.until) {
+			continue
+		}
+		if _, reserved := s.reservations[uid]; reserved || st.agent == nil {
+			continue
+		}
+		uses, ok := t.reqOpts.Agent.Uses(pp.pod, st.Name)
+		if !ok || !usesKnown(uses, &st.Inventory) {
+			continue
+		}
+		st.TakeUses(uses)
+		if st.key.until == 0 || pp.until.UnixNano() < st.key.until {
+			st.key.until = pp.until.UnixNano()
+		}
+		if explain != nil {
+			*explain = append(*explain, Holding{Namespace: pp.pod.Namespace, Name: pp.pod.Name, UID: uid,
+				Devices: int32(len(uses)), Source: HoldAgent, Fits: !st.Overcommitted})
+		}
+	}
 }

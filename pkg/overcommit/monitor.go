@@ -28,6 +28,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/internal/objects"
 )
@@ -91,6 +92,8 @@ type Monitor struct {
 	toldRefused map[string]bool
 	// ignored are the pods told that their assignment does not count.
 	ignored map[types.UID]bool
+	// handshook are the pods whose failed handshake was reported.
+	handshook map[types.UID]bool
 }
 
 // Grace is the default time a node must stay overcommitted to be reported.
@@ -100,13 +103,13 @@ const Grace = 10 * time.Second
 func New(src Source, pods, nodes cache.SharedIndexInformer, recorder events.EventRecorder, active func() bool,
 	reqOpts gpu.RequestOptions, resync time.Duration) (*Monitor, error) {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(overcommittedNodes, overcommitted, refusedNodes, reservations)
+		legacyregistry.MustRegister(overcommittedNodes, overcommitted, refusedNodes, reservations, handshakeFailures)
 	})
 	m := &Monitor{src: src, nodes: nodes, recorder: recorder, active: active, reqOpts: reqOpts, resync: resync, grace: Grace,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpu-scheduler-overcommit"}),
 		over: map[string]time.Time{}, told: map[string]bool{}, refused: map[string]bool{}, toldRefused: map[string]bool{},
-		ignored: map[types.UID]bool{}}
+		ignored: map[types.UID]bool{}, handshook: map[types.UID]bool{}}
 	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) { m.onPod(nil, obj) },
 		UpdateFunc: func(old, obj interface{}) {
@@ -128,7 +131,8 @@ func New(src Source, pods, nodes cache.SharedIndexInformer, recorder events.Even
 			n, ok2 := obj.(*v1.Node)
 			// Heartbeats change nothing a device count depends on.
 			if ok1 && ok2 && objects.EqualResources(o.Status.Allocatable, n.Status.Allocatable) &&
-				objects.EqualResources(o.Status.Capacity, n.Status.Capacity) && objects.EqualLabels(o.Labels, n.Labels) {
+				objects.EqualResources(o.Status.Capacity, n.Status.Capacity) && objects.EqualLabels(o.Labels, n.Labels) &&
+				o.Annotations[hami.AnnotationRegister] == n.Annotations[hami.AnnotationRegister] && o.Annotations[hami.AnnotationCordon] == n.Annotations[hami.AnnotationCordon] {
 				return
 			}
 			m.onNode(obj)
@@ -151,6 +155,7 @@ func (m *Monitor) onPod(old, obj interface{}) {
 		return
 	}
 	o, _ := old.(*v1.Pod)
+	m.checkHandshake(p, time.Now())
 	if o != nil && o.Spec.NodeName != "" && o.Spec.NodeName != p.Spec.NodeName {
 		m.queue.Add(o.Spec.NodeName)
 	}
@@ -243,6 +248,10 @@ func (m *Monitor) check(ctx context.Context, name string) error {
 	pods, ok := m.src.PodsOnNode(name)
 	if !ok {
 		return fmt.Errorf("no pod informer")
+	}
+	now := time.Now()
+	for _, p := range pods {
+		m.checkHandshake(p, now)
 	}
 	holdings, st := m.src.Tracker().Explain(node, pods)
 	tooMany := st.TooMany()

@@ -1,6 +1,7 @@
 package overcommit
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu/gputest"
 )
@@ -185,5 +187,41 @@ func TestMonitorTellsIgnoredAssignments(t *testing.T) {
 	all := strings.Join(evs, "|")
 	if len(evs) != 2 || !strings.Contains(all, `"n1:0=1" does not match`) || !strings.Contains(all, "requests no GPU") {
 		t.Errorf("want one event for each of edited and forged, got %q", evs)
+	}
+}
+
+// A handshake HAMi's device plugin failed, or never answered, is reported
+// once per pod: an Event and the counter.
+func TestMonitorHandshake(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	m, pods, nodes, rec := newMonitor(t, func() bool { return true })
+	nodes.GetStore().Add(gpuNode("n1", 40))
+	old := strconv.FormatInt(time.Now().Add(-HandshakeTimeout-time.Minute).Unix(), 10)
+	fresh := strconv.FormatInt(time.Now().Unix(), 10)
+	pod := func(name, phase, at string) *v1.Pod {
+		p := gputest.BoundPod("ns", name, "n1", "")
+		p.Annotations = map[string]string{hami.AnnotationVGPUNode: "n1", hami.AnnotationBindPhase: phase, hami.AnnotationBindTime: at}
+		p.Status.Phase = v1.PodPending
+		return p
+	}
+	failed := pod("refused", hami.BindFailed, fresh)
+	failed.Status.Phase, failed.Status.Message = v1.PodFailed, "Allocate failed due to device number not matched"
+	for _, p := range []*v1.Pod{pod("fine", hami.BindSuccess, old), pod("waiting", hami.BindAllocating, fresh), pod("stuck", hami.BindAllocating, old)} {
+		pods.GetStore().Add(p)
+	}
+	m.onPod(nil, failed)
+	for i := 0; i < 2; i++ {
+		if err := m.check(ctx, "n1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := drain(rec)
+	if len(evs) != 2 || !strings.Contains(strings.Join(evs, "\n"), "device number not matched") || !strings.Contains(strings.Join(evs, "\n"), "still allocating") {
+		t.Errorf("want one Event for the refused pod and one for the stuck one, got %q", evs)
+	}
+	for reason, want := range map[string]float64{"failed": 1, "expired": 1} {
+		if v, err := testutil.GetCounterMetricValue(handshakeFailures.WithLabelValues(reason)); err != nil || v != want {
+			t.Errorf("%s: %v %v", reason, v, err)
+		}
 	}
 }

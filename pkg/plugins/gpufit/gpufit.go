@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -192,12 +193,15 @@ func (pl *GPUFit) watch(pods, nodes cache.SharedIndexInformer) error {
 		return err
 	}
 	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { pl.trackPending(obj) },
+		UpdateFunc: func(_, obj interface{}) { pl.trackPending(obj) },
 		DeleteFunc: func(obj interface{}) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
 			if p, ok := obj.(*v1.Pod); ok {
 				pl.shared.Tracker().Unreserve(p.UID)
+				pl.shared.Tracker().SetPending(p, "", time.Time{})
 			}
 		},
 	}); err != nil {
@@ -214,6 +218,31 @@ func (pl *GPUFit) watch(pods, nodes cache.SharedIndexInformer) error {
 		},
 	})
 	return err
+}
+
+// trackPending follows the pods another scheduler chose HAMi devices for
+// and has not bound yet (HAMi's scheduler writes its record in Filter and
+// binds later): they hold those devices meanwhile, as HAMi counts them.
+// Our own pods carry our assignment; their reservation counts instead.
+func (pl *GPUFit) trackPending(obj interface{}) {
+	p, ok := obj.(*v1.Pod)
+	if !ok {
+		return
+	}
+	node := p.Annotations[hami.AnnotationVGPUNode]
+	_, ours := p.Annotations[gpu.AnnotationAssignment]
+	_, record := p.Annotations[hami.AnnotationAllocated]
+	tr := pl.shared.Tracker()
+	if node == "" || !record || ours || p.Spec.NodeName != "" || p.DeletionTimestamp != nil ||
+		p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+		tr.SetPending(p, "", time.Time{})
+		return
+	}
+	since := time.Now()
+	if sec, err := strconv.ParseInt(p.Annotations[hami.AnnotationVGPUTime], 10, 64); err == nil && sec > 0 {
+		since = time.Unix(sec, 0)
+	}
+	tr.SetPending(p, node, since)
 }
 
 // Shared exposes the profile's GPU state to the requeue reconciler.

@@ -1,0 +1,197 @@
+package hami
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+)
+
+func hamiNode(register string, slots string, ann map[string]string) *v1.Node {
+	a := map[string]string{AnnotationRegister: register}
+	for k, v := range ann {
+		a[k] = v
+	}
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node-1", Annotations: a, Labels: map[string]string{}},
+		Status: v1.NodeStatus{Allocatable: v1.ResourceList{ResourceGPU: resource.MustParse(slots)}}}
+}
+
+func TestAgentDevices(t *testing.T) {
+	a := Agent{ProductLabel: gpu.LabelGPUProduct}
+	// Out of index order, a duplicate, and a MIG device.
+	reg := `[{"id":"GPU-b","index":1,"count":10,"devmem":81920,"devcore":100,"type":"NVIDIA A100","mode":"hami-core","health":true},` +
+		`{"id":"GPU-a","count":10,"devmem":81920,"devcore":100,"type":"NVIDIA A100","mode":"hami-core","health":true},` +
+		`{"id":"GPU-a","index":5,"count":10,"devmem":1,"devcore":100,"type":"NVIDIA A100","mode":"hami-core","health":true},` +
+		`{"id":"GPU-m","index":2,"count":7,"devmem":81920,"devcore":100,"type":"NVIDIA A100","mode":"mig","health":true}]`
+	got, ok := a.Devices(hamiNode(reg, "20", map[string]string{AnnotationCordon: " GPU-b ,"}))
+	want := []gpu.Device{
+		{UUID: "GPU-a", Model: "NVIDIA A100", MemoryMiB: 81920, Cores: 100, Slots: 10, Healthy: true},
+		{UUID: "GPU-b", Model: "NVIDIA A100", MemoryMiB: 81920, Cores: 100, Slots: 10, Healthy: true, Cordoned: true},
+	}
+	if !ok || !cmp.Equal(want, got, cmp.AllowUnexported(gpu.Device{})) {
+		t.Errorf("devices %v %+v", ok, got)
+	}
+	// No allocatable slot: the plugin's devices are not usable.
+	got, _ = a.Devices(hamiNode(reg, "0", nil))
+	if got[0].Healthy || got[1].Healthy {
+		t.Errorf("allocatable 0: %+v", got)
+	}
+	// GFD's product label names the model, for exact model constraints.
+	n := hamiNode(reg, "20", nil)
+	n.Labels[gpu.LabelGPUProduct] = "NVIDIA-A100-SXM4-80GB"
+	if got, _ = a.Devices(n); got[0].Model != "NVIDIA-A100-SXM4-80GB" {
+		t.Errorf("model %q", got[0].Model)
+	}
+	// Unreadable: served, with no device (never allocatable's slots).
+	if got, ok = a.Devices(hamiNode("[{", "20", nil)); !ok || got == nil || len(got) != 0 {
+		t.Errorf("unreadable: %v %v", ok, got)
+	}
+	if _, ok = a.Devices(&v1.Node{}); ok {
+		t.Errorf("a node without the registration is not HAMi's")
+	}
+}
+
+func podWith(containers ...v1.Container) *v1.Pod {
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}, Spec: v1.PodSpec{Containers: containers}}
+}
+
+func ctr(name string, res map[v1.ResourceName]string) v1.Container {
+	c := container(res)
+	c.Name = name
+	return *c
+}
+
+func TestAgentShare(t *testing.T) {
+	a := Agent{}
+	tests := []struct {
+		name  string
+		pod   *v1.Pod
+		n     int32
+		share gpu.DeviceShare
+		ok    bool
+		err   string
+	}{
+		{"gpu alone is not the dialect", podWith(ctr("c", map[v1.ResourceName]string{ResourceGPU: "2"})), 0, gpu.DeviceShare{}, false, ""},
+		{"memory: no core limit", podWith(ctr("c", map[v1.ResourceName]string{ResourceGPU: "1", ResourceMemory: "20000"})), 1, gpu.DeviceShare{MemoryMiB: 20000}, true, ""},
+		{"memory and cores", podWith(ctr("c", map[v1.ResourceName]string{ResourceGPU: "1", ResourceMemory: "20000", ResourceCores: "30"})), 1, gpu.DeviceShare{MemoryMiB: 20000, Cores: 30}, true, ""},
+		{"percent", podWith(ctr("c", map[v1.ResourceName]string{ResourceGPU: "2", ResourceMemoryPercent: "50"})), 2, gpu.DeviceShare{Permille: 500}, true, ""},
+		// The webhook's default: all the memory without cores is exclusive.
+		{"100 percent", podWith(ctr("c", map[v1.ResourceName]string{ResourceGPU: "1", ResourceMemoryPercent: "100"})), 1, gpu.Exclusive, true, ""},
+		{"cores only: all the memory", podWith(ctr("c", map[v1.ResourceName]string{ResourceGPU: "1", ResourceCores: "30"})), 1, gpu.DeviceShare{Permille: 1000, Cores: 30}, true, ""},
+		{"memory as a quantity", podWith(ctr("c", map[v1.ResourceName]string{ResourceGPU: "1", ResourceMemory: "20Gi"})), 0, gpu.DeviceShare{}, false, "plain number of MiB"},
+		{"memory without a device", podWith(ctr("c", map[v1.ResourceName]string{ResourceMemory: "20000"})), 0, gpu.DeviceShare{}, false, "plain number of MiB"},
+		{"two containers", podWith(ctr("a", map[v1.ResourceName]string{ResourceGPU: "1", ResourceMemory: "1000"}), ctr("b", map[v1.ResourceName]string{ResourceGPU: "1", ResourceMemory: "1000"})),
+			0, gpu.DeviceShare{}, false, "one container"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n, sh, ok, err := a.Share(tc.pod)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("want an error with %q, got %v", tc.err, err)
+				}
+				return
+			}
+			if err != nil || n != tc.n || sh != tc.share || ok != tc.ok {
+				t.Errorf("got %d %+v %v %v", n, sh, ok, err)
+			}
+		})
+	}
+	// Through the domain: HAMi's exclusive default is whole GPUs.
+	r, err := gpu.ParseRequest(podWith(ctr("c", map[v1.ResourceName]string{ResourceGPU: "1", ResourceMemoryPercent: "100"})), gpu.RequestOptions{ResourceNames: []v1.ResourceName{ResourceGPU}, Agent: a})
+	if err != nil || r.Count != 1 || r.Shared() {
+		t.Errorf("100%%: %+v %v", r, err)
+	}
+}
+
+// The record is HAMi's accounting: the allocated list on the node the
+// annotation names, collapsed per GPU.
+func TestAgentUses(t *testing.T) {
+	a := Agent{}
+	pod := podWith(ctr("a", nil), ctr("b", nil))
+	pod.Annotations = map[string]string{AnnotationVGPUNode: "n", AnnotationAllocated: "GPU-a,NVIDIA,20000,30:;GPU-a,NVIDIA,1000,10:GPU-b,NVIDIA,5,0:;",
+		AnnotationToAllocate: ";;;"}
+	got, ok := a.Uses(pod, "n")
+	want := []gpu.DeviceUse{{UUID: "GPU-a", MemoryMiB: 21000, Cores: 40, Slots: 2}, {UUID: "GPU-b", MemoryMiB: 5, Slots: 1}}
+	if !ok || !cmp.Equal(want, got) {
+		t.Errorf("%v %+v", ok, got)
+	}
+	if _, ok := a.Uses(pod, "m"); ok {
+		t.Errorf("another node's record counted")
+	}
+	pod.Annotations[AnnotationAllocated] = "GPU-a,NVIDIA,x,1:;"
+	if _, ok := a.Uses(pod, "n"); ok {
+		t.Errorf("an unreadable record counted")
+	}
+}
+
+// Each container that asks the plugin for GPUs gets its devices, in
+// container order, init containers first; the others an empty entry.
+func TestAllocation(t *testing.T) {
+	pod := podWith(ctr("side", nil), ctr("main", map[v1.ResourceName]string{ResourceGPU: "2"}))
+	pod.Spec.InitContainers = []v1.Container{ctr("init", map[v1.ResourceName]string{ResourceGPU: "1"})}
+	devs := []gpu.Device{{UUID: "GPU-a", MemoryMiB: 81920}, {UUID: "GPU-b", MemoryMiB: 40960}}
+	got := EncodePodDevices(Allocation(pod, devs, gpu.DeviceShare{Permille: 500, Cores: 50}))
+	if want := "GPU-a,NVIDIA,40960,50:;;GPU-a,NVIDIA,40960,50:GPU-b,NVIDIA,20480,50:;"; got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	at := time.Unix(1787307330, 0)
+	ann := BindAnnotations("gpu-node-1", Allocation(podWith(ctr("c", map[v1.ResourceName]string{ResourceGPU: "1"})), devs[:1], gpu.Exclusive), at)
+	want := map[string]string{AnnotationVGPUNode: "gpu-node-1", AnnotationVGPUTime: "1787307330", AnnotationBindTime: "1787307330", AnnotationBindPhase: BindAllocating,
+		AnnotationToAllocate: "GPU-a,NVIDIA,81920,100:;", AnnotationAllocated: "GPU-a,NVIDIA,81920,100:;"}
+	if diff := cmp.Diff(want, ann); diff != "" {
+		t.Errorf("(-want,+got):\n%s", diff)
+	}
+}
+
+func TestNodeLock(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}})
+	now := time.Date(2026, 8, 21, 10, 15, 30, 0, time.UTC)
+	alive := func(context.Context, string, string) (bool, error) { return false, nil }
+	gone := func(context.Context, string, string) (bool, error) { return true, nil }
+	lock := func() string {
+		n, _ := client.CoreV1().Nodes().Get(ctx, "n", metav1.GetOptions{})
+		return n.Annotations[AnnotationNodeLock]
+	}
+	if err := LockNode(ctx, client, "n", "ns", "a", now, NodeLockTimeout, alive); err != nil || lock() != "2026-08-21T10:15:30Z,ns,a" {
+		t.Fatalf("take: %v %q", err, lock())
+	}
+	if err := LockNode(ctx, client, "n", "ns", "a", now, NodeLockTimeout, alive); err != nil {
+		t.Errorf("ours already: %v", err)
+	}
+	var locked *ErrLocked
+	if err := LockNode(ctx, client, "n", "ns", "b", now.Add(time.Minute), NodeLockTimeout, alive); !errors.As(err, &locked) || locked.Holder != "ns/a" {
+		t.Errorf("contention: %v", err)
+	}
+	// Only the holder releases.
+	if err := ReleaseNodeLock(ctx, client, "n", "ns", "b"); err != nil || lock() == "" {
+		t.Errorf("released by another: %v %q", err, lock())
+	}
+	// A holder that is gone, or a lock past its expiry, is taken over.
+	if err := LockNode(ctx, client, "n", "ns", "b", now.Add(time.Minute), NodeLockTimeout, gone); err != nil || !strings.HasSuffix(lock(), ",ns,b") {
+		t.Errorf("holder gone: %v %q", err, lock())
+	}
+	if err := LockNode(ctx, client, "n", "ns", "c", now.Add(7*time.Minute), NodeLockTimeout, alive); err != nil || !strings.HasSuffix(lock(), ",ns,c") {
+		t.Errorf("expired: %v %q", err, lock())
+	}
+	if err := ReleaseNodeLock(ctx, client, "n", "ns", "c"); err != nil || lock() != "" {
+		t.Errorf("release: %v %q", err, lock())
+	}
+	// A malformed lock blocks the node, as it blocks HAMi's scheduler.
+	n, _ := client.CoreV1().Nodes().Get(ctx, "n", metav1.GetOptions{})
+	n.Annotations = map[string]string{AnnotationNodeLock: "yesterday,x"}
+	client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+	if err := LockNode(ctx, client, "n", "ns", "d", now, NodeLockTimeout, gone); err == nil || errors.As(err, &locked) {
+		t.Errorf("malformed: %v", err)
+	}
+}

@@ -1,0 +1,71 @@
+package overcommit
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-base/metrics"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
+)
+
+// ReasonHandshakeFailed is on a pod whose GPUs the node's device plugin
+// did not deliver.
+const ReasonHandshakeFailed = "GPUHandshakeFailed"
+
+// HandshakeTimeout is how long a bound pod may wait for the device plugin to
+// take its devices (HAMi's node lock expiry): past it, the plugin never
+// will, and the node's lock goes to the next pod.
+const HandshakeTimeout = 5 * time.Minute
+
+var handshakeFailures = metrics.NewCounterVec(&metrics.CounterOpts{
+	Subsystem: "gpu_scheduler", Name: "hami_handshake_failures_total", StabilityLevel: metrics.ALPHA,
+	Help: "Pods whose GPUs HAMi's device plugin did not deliver, by reason: failed (the plugin refused them) or expired (it never took them).",
+}, []string{"reason"})
+
+// handshake reports, once per pod, a failed or expired handshake: the
+// counter on every replica, the Event from the leader. The pod's devices
+// are freed once it is gone (a failed pod holds none).
+func (m *Monitor) handshake(p *v1.Pod, reason, note string) {
+	m.mu.Lock()
+	told := m.handshook[p.UID]
+	if !told {
+		if len(m.handshook) >= 100000 {
+			m.handshook = map[types.UID]bool{}
+		}
+		m.handshook[p.UID] = true
+	}
+	m.mu.Unlock()
+	if told {
+		return
+	}
+	handshakeFailures.WithLabelValues(reason).Inc()
+	if m.recorder != nil && (m.active == nil || m.active()) {
+		m.recorder.Eventf(p, nil, v1.EventTypeWarning, ReasonHandshakeFailed, "Scheduling", note)
+	}
+}
+
+// checkHandshake looks at a bound pod's bind phase.
+func (m *Monitor) checkHandshake(p *v1.Pod, now time.Time) {
+	if p.Spec.NodeName == "" || p.Annotations[hami.AnnotationVGPUNode] != p.Spec.NodeName {
+		return
+	}
+	switch p.Annotations[hami.AnnotationBindPhase] {
+	case hami.BindFailed:
+		why := ""
+		if p.Status.Message != "" {
+			why = ": " + p.Status.Message
+		}
+		m.handshake(p, "failed", fmt.Sprintf("HAMi's device plugin on node %s refused the GPUs chosen for the pod (bind phase failed)%s", p.Spec.NodeName, why))
+	case hami.BindAllocating:
+		sec, err := strconv.ParseInt(p.Annotations[hami.AnnotationBindTime], 10, 64)
+		if err != nil || p.Status.Phase != v1.PodPending || now.Sub(time.Unix(sec, 0)) < HandshakeTimeout {
+			return
+		}
+		m.handshake(p, "expired", fmt.Sprintf("HAMi's device plugin on node %s has not taken the pod's GPUs %s after its bind (bind phase still allocating); "+
+			"the node's lock has expired and other pods bind there again; the pod keeps its GPUs until it is deleted", p.Spec.NodeName, HandshakeTimeout))
+	}
+}
