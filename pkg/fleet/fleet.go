@@ -133,7 +133,8 @@ func Create(ctx context.Context, client kubernetes.Interface, nodes ...Node) err
 }
 
 // Demo is a small, realistic fleet: CPU-only nodes and 1-, 2-, 4- and 8-GPU
-// nodes of several models, one with an unhealthy device.
+// nodes of several models, one with an unhealthy device; l4-0 and a100-0 run
+// HAMi's device plugin (split 10), so that shares have somewhere to go.
 func Demo() []Node {
 	return []Node{
 		{Name: "cpu-0", CPU: "32", Memory: "128Gi"},

@@ -268,3 +268,18 @@ func (s *NodeState) layDownAgent(hs []held) {
 		}
 	}
 }
+
+// Admits reports whether the devices of a choice can take its share now,
+// on what the node holds (a recheck just before a bind).
+func (s *NodeState) Admits(c Choice) bool {
+	var none Request
+	for i := 0; i < int(s.Count); i++ {
+		if c.Mask&(1<<uint(i)) == 0 {
+			continue
+		}
+		if s.agent != nil && !s.agent.admits(i, &none, &c.Share) || s.agent == nil && s.Free[i] < c.Milli {
+			return false
+		}
+	}
+	return c.Mask != 0 && !s.Overcommitted
+}

@@ -51,8 +51,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// gpuFitArgs edits GPUFit's args in a rendered configuration.
+// gpuFitArgs edits GPUFit's args in a rendered configuration. The bench's
+// shares are on nodes without a device agent: accounting only.
 func gpuFitArgs(cfg *configv1.KubeSchedulerConfiguration, edit func(*ourv1.RequeueArgs)) {
+	harness.AccountingOnlySharing(cfg)
 	for i := range cfg.Profiles[0].PluginConfig {
 		if a, ok := cfg.Profiles[0].PluginConfig[i].Args.Object.(*ourv1.GPUFitArgs); ok {
 			if a.Requeue == nil {

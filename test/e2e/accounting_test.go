@@ -284,7 +284,7 @@ func TestSchedulerLeastPrivilege(t *testing.T) {
 	binding := &v1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: s.NS, Annotations: map[string]string{"x": "y"}},
 		Target: v1.ObjectReference{Kind: "Node", Name: "no-such-node"}}
 	err = sched.CoreV1().RESTClient().Post().Namespace(s.NS).Resource("bindings").Body(binding).Do(s.Ctx).Error()
-	wantDenied(t, "a binding with another annotation", err, "may carry only the gpu-scheduler.io/assignment annotation")
+	wantDenied(t, "a binding with another annotation", err, "may carry only gpu-scheduler.io/assignment and HAMi's device annotations")
 	if p := s.Get("victim"); len(p.Labels) != 0 || p.Spec.ActiveDeadlineSeconds != nil {
 		t.Errorf("the pod was changed: labels %v, deadline %v", p.Labels, p.Spec.ActiveDeadlineSeconds)
 	}
@@ -303,7 +303,7 @@ func TestControlPlaneFailure(t *testing.T) {
 	// its lease during the outage stops by design (upstream), which is not
 	// what this test is about. The main instance is recovered afterwards.
 	const profile = "gpu-scheduler-cp"
-	sched, err := harness.StartProfile(context.Background(), cluster, harness.BinDir()+"/gpu-scheduler", profile, nil, nil)
+	sched, err := harness.StartProfile(context.Background(), cluster, harness.BinDir()+"/gpu-scheduler", profile, nil, harness.AccountingOnlySharing)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -214,7 +214,7 @@ func TestBadInput(t *testing.T) {
 		{"fraction", harness.PodSpec{Annotations: map[string]string{gpu.AnnotationKAIFraction: "2"}}, `gpu-fraction="2": must be a decimal fraction greater than 0 and less than 1`},
 		{"memory", harness.PodSpec{Annotations: map[string]string{gpu.AnnotationMemory: "lots"}}, `gpu-scheduler.io/gpu-memory="lots": must be a positive amount`},
 		{"two-shares", harness.PodSpec{Annotations: map[string]string{gpu.AnnotationMilli: "100", gpu.AnnotationKAIFraction: "0.1"}}, `conflicts with gpu-scheduler.io/gpu-milli`},
-		{"share-and-whole", harness.PodSpec{GPUs: 2, Milli: 500}, `cannot be combined with a whole-GPU request (nvidia.com/gpu: 2)`},
+		{"share-and-whole", harness.PodSpec{GPUs: 2, Milli: 500}, `a shared GPU takes one slot of the device plugin: request nvidia.com/gpu: 1 (delivered by a device plugin that enforces shares) or none (accounting only), not 2`},
 		{"num-devices", harness.PodSpec{Annotations: map[string]string{gpu.AnnotationKAIFraction: "0.5", gpu.AnnotationKAIFractionNumDevices: "2"}}, `a fraction of more than one device is not supported`},
 		{"model-empty", harness.PodSpec{GPUs: 1, Model: "|"}, `gpu-scheduler.io/gpu-model="|": must list at least one GPU model`},
 		{"model-no-gpu", harness.PodSpec{Model: "Tesla-T4"}, `a GPU model constraint needs a GPU request`},

@@ -75,6 +75,7 @@ func TestMissedEventResync(t *testing.T) {
 						a.Requeue = &ourv1.RequeueArgs{}
 					}
 					a.Requeue.ResyncPeriodSeconds = ptr.To[int32](resync)
+					a.AccountingOnlySharing = ptr.To(true) // shares on a plain node
 				}
 			}
 		})

@@ -588,6 +588,9 @@ func (pl *GPUFit) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 			return st
 		}
 		rs.locked.Store(true)
+		if st := pl.recheck(ctx, pod, nodeName, rs); st != nil {
+			return st // Unreserve releases the lock
+		}
 	}
 	if pl.args.AssignmentWrite != config.WriteAtPreBind {
 		return nil
@@ -677,4 +680,38 @@ func (pl *GPUFit) unlockNode(pod *v1.Pod, node string) {
 	if err := hami.ReleaseNodeLock(ctx, client, node, pod.Namespace, pod.Name); err != nil {
 		klog.FromContext(pl.ctx).Info("could not release the node's lock; it expires", "pod", klog.KObj(pod), "node", node, "err", err)
 	}
+}
+
+// recheck runs once the node's lock is held: HAMi's scheduler writes its
+// device choice on a pod before it takes the lock to bind it, so a choice
+// made from the informer's view can have been overtaken. The pods HAMi
+// has labelled for the node are read from the API server, and the devices
+// chosen must still take the share.
+func (pl *GPUFit) recheck(ctx context.Context, pod *v1.Pod, node string, rs *reserveState) *fwk.Status {
+	client, f := pl.handle.ClientSet(), pl.handle.SharedInformerFactory()
+	if client == nil || f == nil {
+		return nil
+	}
+	list, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: hami.AnnotationVGPUNode + "=" + node})
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("reading the pods HAMi placed on %s: %w", node, err))
+	}
+	for i := range list.Items {
+		if list.Items[i].UID != pod.UID {
+			pl.trackPending(&list.Items[i])
+		}
+	}
+	n, err := f.Core().V1().Nodes().Lister().Get(node)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	pods, ok := pl.shared.PodsOnNode(node)
+	if !ok {
+		return nil
+	}
+	if st := pl.shared.Tracker().Compute(n, pods, 0, 0, pod.UID, false); !st.Admits(rs.choice) {
+		klog.FromContext(ctx).V(2).Info("the devices chosen were taken before the bind", "pod", klog.KObj(pod), "node", node, "devices", rs.choice.Devices())
+		return fwk.NewStatus(fwk.Unschedulable, ErrReasonDevicesChanged)
+	}
+	return nil
 }
