@@ -337,6 +337,11 @@ func decode(s string) ([][]entry, error) {
 			if len(f) < 4 {
 				return nil, fmt.Errorf("pod annotation format error, missing fields in %q", piece)
 			}
+			// The family word, which the plugin looks for to know that
+			// all containers were served; a model name here would break it.
+			if f[1] != "NVIDIA" {
+				return nil, fmt.Errorf("device %s: family %q, want NVIDIA", f[0], f[1])
+			}
 			mem, err := strconv.ParseInt(f[2], 10, 32)
 			if err != nil {
 				return nil, err

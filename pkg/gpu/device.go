@@ -35,6 +35,9 @@ type Agent interface {
 type Device struct {
 	UUID  string
 	Model string
+	// Type is the agent's own name of the model, if it differs; model
+	// substrings (HAMi's use-gputype) match either.
+	Type string
 	// MemoryMiB and Cores (100 is the whole GPU) are what the agent hands
 	// out; Slots is how many containers may share the device.
 	MemoryMiB int64
@@ -192,6 +195,9 @@ func readAgentInventory(devs []Device, agent string) Inventory {
 	for i := range inv.Devices {
 		d := &inv.Devices[i]
 		d.modelFold = strings.ToUpper(d.Model)
+		if d.Type != "" && d.Type != d.Model {
+			d.modelFold += "\n" + strings.ToUpper(d.Type)
+		}
 		d.MemoryMiB = min(max(d.MemoryMiB, 0), MaxGPUMemoryMiB)
 		d.Cores = max(d.Cores, 0)
 		d.Slots = max(d.Slots, 0)

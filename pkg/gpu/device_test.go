@@ -215,9 +215,11 @@ func TestAgentPlacementNeverOvercommits(t *testing.T) {
 	}
 }
 
-// An agent's record counts only where it agrees with the pod's request;
-// otherwise the request is laid down. A record cannot shrink what a pod
-// holds, or claim a device for a pod that asks for none.
+// An agent's record says which devices a pod holds; it counts as written
+// where it agrees with the pod's request, and otherwise at no less than the
+// request on each of its devices. A record cannot shrink what a pod holds,
+// claim a device of another node, or claim a device for a pod that asks for
+// none.
 func TestAgentHolds(t *testing.T) {
 	const devs = "A:80000:100:4,B:80000:100:4"
 	tests := []struct {
@@ -228,7 +230,8 @@ func TestAgentHolds(t *testing.T) {
 		// Laid down, a request goes to the highest index: records on A
 		// tell the two apart.
 		{"agreeing record", agentPod("p", 0, map[string]string{AnnotationMilli: "500", keyUses: "A:40000:50:1", keyUsesOn: "n"}), [2]int32{500, 1000}},
-		{"record shrunk: the request counts", agentPod("p", 0, map[string]string{AnnotationMilli: "500", keyUses: "A:1:1:1", keyUsesOn: "n"}), [2]int32{1000, 500}},
+		{"record shrunk: its device, at the request's size", agentPod("p", 0, map[string]string{AnnotationMilli: "500", keyUses: "A:1:1:1", keyUsesOn: "n"}), [2]int32{500, 1000}},
+		{"record larger than the request: the record's size", agentPod("p", 0, map[string]string{AnnotationMilli: "500", keyUses: "A:60000:70:1", keyUsesOn: "n"}), [2]int32{250, 1000}},
 		{"record for another node", agentPod("p", 0, map[string]string{AnnotationMilli: "500", keyUses: "A:40000:50:1", keyUsesOn: "m"}), [2]int32{1000, 500}},
 		{"unknown device", agentPod("p", 0, map[string]string{AnnotationMilli: "500", keyUses: "Z:40000:50:1", keyUsesOn: "n"}), [2]int32{1000, 500}},
 		{"whole GPU without a record", agentPod("p", 0, nil), [2]int32{1000, 0}},

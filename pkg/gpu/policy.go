@@ -259,18 +259,19 @@ func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, sh *De
 	best := -1
 	var bestF float64
 	var bestP int64
-	var tried [MaxDevices]int32
+	// Devices with the same room before and after give the same
+	// fragmentation (the device vectors are permutations): each pair once.
+	var tried [MaxDevices][2]int32
 	nTried := 0
 	for i := 0; i < int(s.Count); i++ {
 		v := s.Free[i]
 		if mask&(1<<uint(i)) == 0 {
 			continue
 		}
+		pair := [2]int32{v, s.freeAfter(i, milli, sh)}
 		dup := false
-		// Equal room is equal fragmentation; on an agent's node the
-		// dimensions behind it may differ.
-		for k := 0; k < nTried && s.agent == nil; k++ {
-			if tried[k] == v {
+		for k := 0; k < nTried; k++ {
+			if tried[k] == pair {
 				dup = true
 				break
 			}
@@ -278,10 +279,10 @@ func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, sh *De
 		if dup {
 			continue
 		}
-		tried[nTried] = v
+		tried[nTried] = pair
 		nTried++
 		after := s.Free
-		after[i] = s.freeAfter(i, milli, sh)
+		after[i] = pair[1]
 		f := wl.frag(&after, s.Count, cpu, mem, &fc.match)
 		p := sc.fragPrimary(f - fc.base)
 		better := best < 0 || p > bestP

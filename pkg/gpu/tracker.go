@@ -87,17 +87,11 @@ func (t *Tracker) SetPending(pod *v1.Pod, node string, since time.Time) {
 			return
 		}
 	}
+	// One critical section (t.mu before s.mu, as everywhere), so that two
+	// calls for one pod cannot leave it on two nodes.
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	prev, had := t.pendingAt[pod.UID]
-	if node == "" {
-		delete(t.pendingAt, pod.UID)
-	} else {
-		if t.pendingAt == nil {
-			t.pendingAt = map[types.UID]string{}
-		}
-		t.pendingAt[pod.UID] = node
-	}
-	t.mu.Unlock()
 	if had && prev != node {
 		if s := t.slot(prev, false); s != nil {
 			s.mu.Lock()
@@ -107,16 +101,48 @@ func (t *Tracker) SetPending(pod *v1.Pod, node string, since time.Time) {
 		}
 	}
 	if node == "" {
+		delete(t.pendingAt, pod.UID)
 		return
 	}
+	if t.pendingAt == nil {
+		t.pendingAt = map[types.UID]string{}
+	}
+	t.pendingAt[pod.UID] = node
 	s := t.slot(node, true)
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	until := since.Add(PendingWindow)
+	if cur, ok := s.pending[pod.UID]; ok && cur.until.Equal(until) && sameRecord(cur.pod, pod) {
+		return // a status update: nothing a state depends on
+	}
 	if s.pending == nil {
 		s.pending = map[types.UID]pendingPod{}
 	}
-	s.pending[pod.UID] = pendingPod{pod: pod, until: since.Add(PendingWindow)}
+	s.pending[pod.UID] = pendingPod{pod: pod, until: until}
 	s.version.Add(1)
-	s.mu.Unlock()
+}
+
+// IsPending reports whether a pod is counted as another scheduler's
+// in-flight pod.
+func (t *Tracker) IsPending(uid types.UID) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	_, ok := t.pendingAt[uid]
+	return ok
+}
+
+// sameRecord reports whether two versions of a pending pod hold the same:
+// same annotations (the agent's record is one) and containers.
+func sameRecord(a, b *v1.Pod) bool {
+	if len(a.Annotations) != len(b.Annotations) || len(a.Spec.Containers) != len(b.Spec.Containers) || len(a.Spec.InitContainers) != len(b.Spec.InitContainers) {
+		return false
+	}
+	for k, v := range a.Annotations {
+		if w, ok := b.Annotations[k]; !ok || v != w {
+			return false
+		}
+	}
+	return true
 }
 
 // Reservation is an in-flight device choice for a pod.
@@ -343,16 +369,25 @@ func holdsOnAgent(pod *v1.Pod, node string, inv *Inventory, opts RequestOptions,
 		h.uses, h.agrees = uses, true
 		return h
 	}
-	if int32(len(uses)) != devices {
-		return h
-	}
+	agrees := int32(len(uses)) == devices
 	for _, u := range uses {
 		d := &inv.Devices[inv.DeviceIndex(u.UUID)]
 		if u.Slots != 1 || u.MemoryMiB != sh.MemoryOn(d.MemoryMiB) || u.Cores != sh.Cores {
-			return h
+			agrees = false
 		}
 	}
-	h.uses, h.agrees = uses, true
+	if agrees {
+		h.uses, h.agrees = uses, true
+		return h
+	}
+	// The record disagrees (edited, or written under other defaults than
+	// ours): it still says which devices the plugin handed out, so those
+	// count, each at no less than the request takes there.
+	h.uses = make([]DeviceUse, len(uses))
+	for i, u := range uses {
+		d := &inv.Devices[inv.DeviceIndex(u.UUID)]
+		h.uses[i] = DeviceUse{UUID: u.UUID, MemoryMiB: max(u.MemoryMiB, sh.MemoryOn(d.MemoryMiB)), Cores: max(u.Cores, sh.Cores), Slots: max(u.Slots, 1)}
+	}
 	return h
 }
 
@@ -443,6 +478,11 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 			continue
 		}
 		if !ok {
+			continue
+		}
+		if h.uses != nil {
+			st.TakeUses(h.uses)
+			note(pod, devices, milli, HoldAgent, st.Agent+"'s device record does not match the pod's request: its devices count, each at no less than the request")
 			continue
 		}
 		ignored := ""
@@ -736,6 +776,11 @@ func (t *Tracker) countPending(st *NodeState, s *slot, pods []*v1.Pod, exclude t
 	}
 	for uid, pp := range s.pending {
 		if seen[uid] || uid == exclude || now.After(pp.until) {
+			continue
+		}
+		// Bound elsewhere or gone since (a late event), it holds nothing
+		// here.
+		if alive := t.alive.Load(); alive != nil && !(*alive)(uid, st.Name, Reservation{Namespace: pp.pod.Namespace, Name: pp.pod.Name}) {
 			continue
 		}
 		if _, reserved := s.reservations[uid]; reserved || st.agent == nil {

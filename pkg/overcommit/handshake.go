@@ -17,9 +17,14 @@ import (
 const ReasonHandshakeFailed = "GPUHandshakeFailed"
 
 // HandshakeTimeout is how long a bound pod may wait for the device plugin to
-// take its devices (HAMi's node lock expiry): past it, the plugin never
+// take its devices, by default (HAMi's node lock expiry; SetHandshakeTimeout
+// follows GPUFit's hami.nodeLockExpirySeconds): past it, the plugin never
 // will, and the node's lock goes to the next pod.
 const HandshakeTimeout = 5 * time.Minute
+
+// SetHandshakeTimeout sets how long a bound pod may wait for the device
+// plugin. Call it before Run.
+func (m *Monitor) SetHandshakeTimeout(d time.Duration) { m.handshakeTimeout = d }
 
 var handshakeFailures = metrics.NewCounterVec(&metrics.CounterOpts{
 	Subsystem: "gpu_scheduler", Name: "hami_handshake_failures_total", StabilityLevel: metrics.ALPHA,
@@ -61,11 +66,18 @@ func (m *Monitor) checkHandshake(p *v1.Pod, now time.Time) {
 		}
 		m.handshake(p, "failed", fmt.Sprintf("HAMi's device plugin on node %s refused the GPUs chosen for the pod (bind phase failed)%s", p.Spec.NodeName, why))
 	case hami.BindAllocating:
+		if p.Status.Phase == v1.PodFailed {
+			// The kubelet rejected the pod before the device plugin saw
+			// it; the lock it held is taken over by the next bind.
+			m.handshake(p, "failed", fmt.Sprintf("the pod failed on node %s before HAMi's device plugin delivered its GPUs (bind phase still allocating): %s %s",
+				p.Spec.NodeName, p.Status.Reason, p.Status.Message))
+			return
+		}
 		sec, err := strconv.ParseInt(p.Annotations[hami.AnnotationBindTime], 10, 64)
-		if err != nil || p.Status.Phase != v1.PodPending || now.Sub(time.Unix(sec, 0)) < HandshakeTimeout {
+		if err != nil || p.Status.Phase != v1.PodPending || now.Sub(time.Unix(sec, 0)) < m.handshakeTimeout {
 			return
 		}
 		m.handshake(p, "expired", fmt.Sprintf("HAMi's device plugin on node %s has not taken the pod's GPUs %s after its bind (bind phase still allocating); "+
-			"the node's lock has expired and other pods bind there again; the pod keeps its GPUs until it is deleted", p.Spec.NodeName, HandshakeTimeout))
+			"the node's lock has expired and other pods bind there again; the pod keeps its GPUs until it is deleted", p.Spec.NodeName, m.handshakeTimeout))
 	}
 }

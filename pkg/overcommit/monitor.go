@@ -93,7 +93,8 @@ type Monitor struct {
 	// ignored are the pods told that their assignment does not count.
 	ignored map[types.UID]bool
 	// handshook are the pods whose failed handshake was reported.
-	handshook map[types.UID]bool
+	handshook        map[types.UID]bool
+	handshakeTimeout time.Duration
 }
 
 // Grace is the default time a node must stay overcommitted to be reported.
@@ -109,7 +110,7 @@ func New(src Source, pods, nodes cache.SharedIndexInformer, recorder events.Even
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpu-scheduler-overcommit"}),
 		over: map[string]time.Time{}, told: map[string]bool{}, refused: map[string]bool{}, toldRefused: map[string]bool{},
-		ignored: map[types.UID]bool{}, handshook: map[types.UID]bool{}}
+		ignored: map[types.UID]bool{}, handshook: map[types.UID]bool{}, handshakeTimeout: HandshakeTimeout}
 	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) { m.onPod(nil, obj) },
 		UpdateFunc: func(old, obj interface{}) {
@@ -343,6 +344,10 @@ func (m *Monitor) tellIgnored(holdings []gpu.Holding) {
 			continue
 		}
 		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: h.Namespace, Name: h.Name, UID: h.UID}}
+		if h.Source == gpu.HoldAgent {
+			m.recorder.Eventf(pod, nil, v1.EventTypeWarning, ReasonAssignmentIgnored, "Scheduling", "%s", h.Ignored)
+			continue
+		}
 		m.recorder.Eventf(pod, nil, v1.EventTypeWarning, ReasonAssignmentIgnored, "Scheduling",
 			"%s: it counts for what it requests, not for the assignment", h.Ignored)
 	}

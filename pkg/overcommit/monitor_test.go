@@ -210,16 +210,21 @@ func TestMonitorHandshake(t *testing.T) {
 		pods.GetStore().Add(p)
 	}
 	m.onPod(nil, failed)
+	// Rejected by the kubelet before the plugin saw it.
+	rejected := pod("rejected", hami.BindAllocating, fresh)
+	rejected.Status.Phase, rejected.Status.Reason = v1.PodFailed, "OutOfcpu"
+	m.onPod(nil, rejected)
 	for i := 0; i < 2; i++ {
 		if err := m.check(ctx, "n1"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	evs := drain(rec)
-	if len(evs) != 2 || !strings.Contains(strings.Join(evs, "\n"), "device number not matched") || !strings.Contains(strings.Join(evs, "\n"), "still allocating") {
-		t.Errorf("want one Event for the refused pod and one for the stuck one, got %q", evs)
+	all := strings.Join(evs, "\n")
+	if len(evs) != 3 || !strings.Contains(all, "device number not matched") || !strings.Contains(all, "has not taken") || !strings.Contains(all, "OutOfcpu") {
+		t.Errorf("want one Event each for the refused, the rejected and the stuck pod, got %q", evs)
 	}
-	for reason, want := range map[string]float64{"failed": 1, "expired": 1} {
+	for reason, want := range map[string]float64{"failed": 2, "expired": 1} {
 		if v, err := testutil.GetCounterMetricValue(handshakeFailures.WithLabelValues(reason)); err != nil || v != want {
 			t.Errorf("%s: %v %v", reason, v, err)
 		}

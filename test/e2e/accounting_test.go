@@ -288,6 +288,36 @@ func TestSchedulerLeastPrivilege(t *testing.T) {
 	if p := s.Get("victim"); len(p.Labels) != 0 || p.Spec.ActiveDeadlineSeconds != nil {
 		t.Errorf("the pod was changed: labels %v, deadline %v", p.Labels, p.Spec.ActiveDeadlineSeconds)
 	}
+
+	// On nodes, HAMi's lock and nothing else.
+	s.AddNodes(fleet.Node{Name: "locked", CPU: "8", Memory: "32Gi"})
+	node := s.Node("locked")
+	nodes := sched.CoreV1().Nodes()
+	lock := mergePatch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{"hami.io/mutex.lock": "2026-11-30T00:00:00Z,ns,p"}}})
+	if _, err := nodes.Patch(s.Ctx, node, types.MergePatchType, lock, metav1.PatchOptions{}); err != nil {
+		t.Errorf("taking HAMi's node lock: %v", err)
+	}
+	unlock := mergePatch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{"hami.io/mutex.lock": nil}}})
+	if _, err := nodes.Patch(s.Ctx, node, types.MergePatchType, unlock, metav1.PatchOptions{}); err != nil {
+		t.Errorf("releasing HAMi's node lock: %v", err)
+	}
+	for what, patch := range map[string]map[string]any{
+		"a node label":      {"metadata": map[string]any{"labels": map[string]any{"x": "y"}}},
+		"a node annotation": {"metadata": map[string]any{"annotations": map[string]any{"hami.io/node-nvidia-register": "[]"}}},
+		"the node's taints": {"spec": map[string]any{"taints": []any{map[string]any{"key": "x", "effect": "NoSchedule"}}}},
+		"an owner":          {"metadata": map[string]any{"ownerReferences": []any{map[string]any{"apiVersion": "v1", "kind": "Namespace", "name": "x", "uid": "1"}}}},
+	} {
+		_, err := nodes.Patch(s.Ctx, node, types.MergePatchType, mergePatch(patch), metav1.PatchOptions{})
+		wantDenied(t, "patch "+what, err, "nothing on a node but HAMi's node lock")
+	}
+	// HAMi's record of a bound pod is frozen for tenants.
+	bound := s.Pod(harness.PodSpec{Name: "bound", GPUs: 1})
+	bound.Spec.NodeName = node
+	bound.Annotations = map[string]string{"hami.io/vgpu-node": node, "hami.io/vgpu-devices-allocated": "GPU-a,NVIDIA,1000,10:;"}
+	s.Create(bound)
+	_, err = cluster.Client.CoreV1().Pods(s.NS).Patch(s.Ctx, "bound", types.MergePatchType,
+		mergePatch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{"hami.io/vgpu-devices-allocated": "GPU-b,NVIDIA,1,0:;"}}}), metav1.PatchOptions{})
+	wantDenied(t, "rewrite HAMi's record of a bound pod", err, "HAMi device record of a bound pod")
 }
 
 // The control plane fails under the scheduler: kube-apiserver restarts in

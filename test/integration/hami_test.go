@@ -206,17 +206,30 @@ func TestHAMiLockExpiry(t *testing.T) {
 	if _, err := s.C.Client.CoreV1().Nodes().Patch(s.Ctx, node, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	s.Create(withLimits(s.Pod(harness.PodSpec{Name: "next", Milli: 300}), map[v1.ResourceName]string{gpu.ResourceNvidiaGPU: "1"}))
-	p := s.WaitBound(90*time.Second, "next")["next"]
-	bt, err := strconv.ParseInt(p.Annotations[hami.AnnotationBindTime], 10, 64)
-	if err != nil {
-		t.Fatalf("bind time %q: %v", p.Annotations[hami.AnnotationBindTime], err)
+	// Three binds wait for it, then go one at a time.
+	names := []string{"next-0", "next-1", "next-2"}
+	for _, n := range names {
+		s.Create(withLimits(s.Pod(harness.PodSpec{Name: n, Milli: 300}), map[v1.ResourceName]string{gpu.ResourceNvidiaGPU: "1"}))
 	}
-	if bt < taken.Unix()+expiry {
-		t.Errorf("bound at %d, while the lock taken at %d was fresh (expiry %ds)", bt, taken.Unix(), expiry)
+	bound := s.WaitBound(90*time.Second, names...)
+	devices := map[string]int{}
+	for _, n := range names {
+		p := bound[n]
+		bt, err := strconv.ParseInt(p.Annotations[hami.AnnotationBindTime], 10, 64)
+		if err != nil {
+			t.Fatalf("%s: bind time %q: %v", n, p.Annotations[hami.AnnotationBindTime], err)
+		}
+		if bt < taken.Unix()+expiry {
+			t.Errorf("%s: bound at %d, while the lock taken at %d was fresh (expiry %ds)", n, bt, taken.Unix(), expiry)
+		}
+		env := waitEnv(t, s, n)
+		if env["CUDA_DEVICE_MEMORY_LIMIT_0"] != strconv.Itoa(23034*300/1000)+"m" {
+			t.Errorf("%s: env %v", n, env)
+		}
+		devices[env["NVIDIA_VISIBLE_DEVICES"]]++
 	}
-	if env := waitEnv(t, s, "next"); env["CUDA_DEVICE_MEMORY_LIMIT_0"] != strconv.Itoa(23034*300/1000)+"m" {
-		t.Errorf("env %v", env)
+	if len(devices) != 1 {
+		t.Errorf("three 300m shares on a node of one GPU: %v", devices)
 	}
 	err = wait.PollUntilContextTimeout(s.Ctx, 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 		n, err := s.C.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})

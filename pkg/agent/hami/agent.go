@@ -1,8 +1,10 @@
 package hami
 
 import (
+	"fmt"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -39,16 +41,10 @@ func (a Agent) Devices(node *v1.Node) ([]gpu.Device, bool) {
 		return nil, false
 	}
 	out := []gpu.Device{}
-	ds, err := ParseRegister(v)
+	ds, err := parseRegisterCached(v)
 	if err != nil {
 		return out, true
 	}
-	sort.SliceStable(ds, func(i, j int) bool {
-		if ds[i].Index != ds[j].Index {
-			return ds[i].Index < ds[j].Index
-		}
-		return ds[i].ID < ds[j].ID
-	})
 	q := node.Status.Allocatable[ResourceGPU]
 	allocatable := q.Sign() > 0
 	cordoned := Cordoned(node.Annotations[AnnotationCordon])
@@ -63,7 +59,7 @@ func (a Agent) Devices(node *v1.Node) ([]gpu.Device, bool) {
 		if m == "" {
 			m = d.Type
 		}
-		out = append(out, gpu.Device{UUID: d.ID, Model: m, MemoryMiB: int64(d.Devmem), Cores: d.Devcore, Slots: d.Count,
+		out = append(out, gpu.Device{UUID: d.ID, Model: m, Type: d.Type, MemoryMiB: int64(d.Devmem), Cores: d.Devcore, Slots: d.Count,
 			Healthy: d.Health && allocatable, Cordoned: cordoned[d.ID]})
 	}
 	return out, true
@@ -132,8 +128,16 @@ func (a Agent) Share(pod *v1.Pod) (int32, gpu.DeviceShare, bool, error) {
 	if n == 0 {
 		return 0, gpu.DeviceShare{}, false, nil
 	}
-	if n > 1 {
-		return 0, gpu.DeviceShare{}, false, &gpu.InvalidError{Key: ResourceMemory, Value: strconv.Itoa(n) + " containers", Resource: true,
+	gpuContainers := 0
+	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			if containerGPUs(&cs[i]) > 0 {
+				gpuContainers++
+			}
+		}
+	}
+	if n > 1 || gpuContainers > 1 {
+		return 0, gpu.DeviceShare{}, false, &gpu.InvalidError{Key: ResourceMemory, Value: strconv.Itoa(gpuContainers) + " containers with " + ResourceGPU, Resource: true,
 			Rule: "gpu-scheduler places a GPU share for one container of a pod; put the GPU work in one container"}
 	}
 	sh := gpu.DeviceShare{Cores: found.Coresreq}
@@ -176,43 +180,68 @@ func (Agent) Uses(pod *v1.Pod, node string) ([]gpu.DeviceUse, bool) {
 }
 
 // Allocation is the device list for a pod given the devices chosen (in
-// index order) and the share each takes: every container that requests
-// nvidia.com/gpu gets as many of them as it requests, in order (init
-// containers first, which run before the others and may reuse the same
-// devices); the others get an empty entry.
-func Allocation(pod *v1.Pod, devs []gpu.Device, share gpu.DeviceShare) PodDevices {
+// index order) and the share each takes: every container that asks the
+// device plugin for GPUs gets as many as it asks for, in container order,
+// init containers first; the others get an empty entry. Containers that run
+// together take devices of their own: app containers and sidecars (init
+// containers that keep running) from the next unused device on; an
+// ordinary init container runs alone beside the sidecars started before it
+// and reuses the devices after theirs. The devices chosen are as many as the
+// pod's effective request, which is exactly this: running out means the two
+// disagree, and is an error.
+func Allocation(pod *v1.Pod, devs []gpu.Device, share gpu.DeviceShare) (PodDevices, error) {
 	var pd PodDevices
 	next := 0
-	add := func(cs []v1.Container, reuse bool) {
-		for i := range cs {
-			q, ok := cs[i].Resources.Limits[ResourceGPU]
-			if !ok {
-				q, ok = cs[i].Resources.Requests[ResourceGPU]
-			}
-			n, isInt := q.AsInt64()
-			if !ok || !isInt || n <= 0 || len(devs) == 0 {
-				pd = append(pd, ContainerDevices{})
-				continue
-			}
-			at := next
-			if reuse {
-				at = 0
-			}
-			cd := make(ContainerDevices, 0, n)
-			for k := int64(0); k < n && k < int64(len(devs)); k++ {
-				d := &devs[(at+int(k))%len(devs)]
-				cd = append(cd, ContainerDevice{UUID: d.UUID, Type: Family,
-					Usedmem: int32(min(share.MemoryOn(d.MemoryMiB), 1<<31-1)), Usedcores: share.Cores})
-			}
-			if !reuse {
-				next += len(cd)
-			}
-			pd = append(pd, cd)
+	take := func(c *v1.Container, at int) (ContainerDevices, int, error) {
+		n := containerGPUs(c)
+		if n <= 0 {
+			return ContainerDevices{}, at, nil
 		}
+		if at+int(n) > len(devs) {
+			return nil, at, fmt.Errorf("container %s asks for %d GPUs, but only %d of the %d chosen are left for it", c.Name, n, len(devs)-at, len(devs))
+		}
+		cd := make(ContainerDevices, 0, n)
+		for _, d := range devs[at : at+int(n)] {
+			cd = append(cd, ContainerDevice{UUID: d.UUID, Type: Family,
+				Usedmem: int32(min(share.MemoryOn(d.MemoryMiB), 1<<31-1)), Usedcores: share.Cores})
+		}
+		return cd, at + int(n), nil
 	}
-	add(pod.Spec.InitContainers, true)
-	add(pod.Spec.Containers, false)
-	return pd
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		sidecar := c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+		cd, after, err := take(c, next)
+		if err != nil {
+			return nil, err
+		}
+		if sidecar {
+			next = after
+		}
+		pd = append(pd, cd)
+	}
+	for i := range pod.Spec.Containers {
+		cd, after, err := take(&pod.Spec.Containers[i], next)
+		if err != nil {
+			return nil, err
+		}
+		next = after
+		pd = append(pd, cd)
+	}
+	return pd, nil
+}
+
+// containerGPUs is what a container asks the device plugin for (limits
+// first); a value that is not a whole number asks for nothing.
+func containerGPUs(c *v1.Container) int64 {
+	q, ok := c.Resources.Limits[ResourceGPU]
+	if !ok {
+		q, ok = c.Resources.Requests[ResourceGPU]
+	}
+	n, isInt := q.AsInt64()
+	if !ok || !isInt {
+		return 0
+	}
+	return n
 }
 
 // BindAnnotations are the pod annotations the device plugin reads, as HAMi's
@@ -230,4 +259,47 @@ func BindAnnotations(node string, pd PodDevices, now time.Time) map[string]strin
 		AnnotationBindPhase:  BindAllocating,
 		AnnotationBindTime:   ts,
 	}
+}
+
+// registered caches parsed registrations by value: a node's state is
+// rebuilt on every change to the node or its pods (the node lock changes
+// it twice per bind), and the registration rarely changes.
+var registered struct {
+	sync.Mutex
+	m map[string]registration
+}
+
+type registration struct {
+	ds  []Device
+	err error
+}
+
+// maxRegistered bounds the cache (a value per node, and the old value of a
+// node whose devices changed); past it, it starts over.
+const maxRegistered = 1 << 14
+
+// parseRegisterCached is ParseRegister, sorted by the plugin's index, from
+// the cache when the value was seen before. The result is shared: read
+// only.
+func parseRegisterCached(v string) ([]Device, error) {
+	registered.Lock()
+	r, ok := registered.m[v]
+	registered.Unlock()
+	if ok {
+		return r.ds, r.err
+	}
+	ds, err := ParseRegister(v)
+	sort.SliceStable(ds, func(i, j int) bool {
+		if ds[i].Index != ds[j].Index {
+			return ds[i].Index < ds[j].Index
+		}
+		return ds[i].ID < ds[j].ID
+	})
+	registered.Lock()
+	if registered.m == nil || len(registered.m) >= maxRegistered {
+		registered.m = map[string]registration{}
+	}
+	registered.m[v] = registration{ds: ds, err: err}
+	registered.Unlock()
+	return ds, err
 }

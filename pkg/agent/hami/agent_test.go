@@ -34,8 +34,8 @@ func TestAgentDevices(t *testing.T) {
 		`{"id":"GPU-m","index":2,"count":7,"devmem":81920,"devcore":100,"type":"NVIDIA A100","mode":"mig","health":true}]`
 	got, ok := a.Devices(hamiNode(reg, "20", map[string]string{AnnotationCordon: " GPU-b ,"}))
 	want := []gpu.Device{
-		{UUID: "GPU-a", Model: "NVIDIA A100", MemoryMiB: 81920, Cores: 100, Slots: 10, Healthy: true},
-		{UUID: "GPU-b", Model: "NVIDIA A100", MemoryMiB: 81920, Cores: 100, Slots: 10, Healthy: true, Cordoned: true},
+		{UUID: "GPU-a", Model: "NVIDIA A100", Type: "NVIDIA A100", MemoryMiB: 81920, Cores: 100, Slots: 10, Healthy: true},
+		{UUID: "GPU-b", Model: "NVIDIA A100", Type: "NVIDIA A100", MemoryMiB: 81920, Cores: 100, Slots: 10, Healthy: true, Cordoned: true},
 	}
 	if !ok || !cmp.Equal(want, got, cmp.AllowUnexported(gpu.Device{})) {
 		t.Errorf("devices %v %+v", ok, got)
@@ -89,6 +89,8 @@ func TestAgentShare(t *testing.T) {
 		{"cores only: all the memory", podWith(ctr("c", map[v1.ResourceName]string{ResourceGPU: "1", ResourceCores: "30"})), 1, gpu.DeviceShare{Permille: 1000, Cores: 30}, true, ""},
 		{"memory as a quantity", podWith(ctr("c", map[v1.ResourceName]string{ResourceGPU: "1", ResourceMemory: "20Gi"})), 0, gpu.DeviceShare{}, false, "plain number of MiB"},
 		{"memory without a device", podWith(ctr("c", map[v1.ResourceName]string{ResourceMemory: "20000"})), 0, gpu.DeviceShare{}, false, "plain number of MiB"},
+		{"a share and another GPU container", podWith(ctr("a", map[v1.ResourceName]string{ResourceGPU: "1", ResourceMemory: "1000"}), ctr("b", map[v1.ResourceName]string{ResourceGPU: "1"})),
+			0, gpu.DeviceShare{}, false, "one container"},
 		{"two containers", podWith(ctr("a", map[v1.ResourceName]string{ResourceGPU: "1", ResourceMemory: "1000"}), ctr("b", map[v1.ResourceName]string{ResourceGPU: "1", ResourceMemory: "1000"})),
 			0, gpu.DeviceShare{}, false, "one container"},
 	}
@@ -139,13 +141,28 @@ func TestAgentUses(t *testing.T) {
 func TestAllocation(t *testing.T) {
 	pod := podWith(ctr("side", nil), ctr("main", map[v1.ResourceName]string{ResourceGPU: "2"}))
 	pod.Spec.InitContainers = []v1.Container{ctr("init", map[v1.ResourceName]string{ResourceGPU: "1"})}
-	devs := []gpu.Device{{UUID: "GPU-a", MemoryMiB: 81920}, {UUID: "GPU-b", MemoryMiB: 40960}}
-	got := EncodePodDevices(Allocation(pod, devs, gpu.DeviceShare{Permille: 500, Cores: 50}))
-	if want := "GPU-a,NVIDIA,40960,50:;;GPU-a,NVIDIA,40960,50:GPU-b,NVIDIA,20480,50:;"; got != want {
-		t.Errorf("got  %s\nwant %s", got, want)
+	devs := []gpu.Device{{UUID: "GPU-a", MemoryMiB: 81920}, {UUID: "GPU-b", MemoryMiB: 40960}, {UUID: "GPU-c", MemoryMiB: 40960}}
+	pd, err := Allocation(pod, devs[:2], gpu.DeviceShare{Permille: 500, Cores: 50})
+	if want := "GPU-a,NVIDIA,40960,50:;;GPU-a,NVIDIA,40960,50:GPU-b,NVIDIA,20480,50:;"; err != nil || EncodePodDevices(pd) != want {
+		t.Errorf("got  %s %v\nwant %s", EncodePodDevices(pd), err, want)
+	}
+	// A sidecar runs beside the app containers and the init containers
+	// after it: devices of its own (the effective request counts it).
+	always := v1.ContainerRestartPolicyAlways
+	side := ctr("side", map[v1.ResourceName]string{ResourceGPU: "1"})
+	side.RestartPolicy = &always
+	pod.Spec.InitContainers = []v1.Container{side, ctr("init", map[v1.ResourceName]string{ResourceGPU: "2"})}
+	pd, err = Allocation(pod, devs, gpu.Exclusive)
+	if want := "GPU-a,NVIDIA,81920,100:;GPU-b,NVIDIA,40960,100:GPU-c,NVIDIA,40960,100:;;GPU-b,NVIDIA,40960,100:GPU-c,NVIDIA,40960,100:;"; err != nil || EncodePodDevices(pd) != want {
+		t.Errorf("sidecar: got  %s %v\nwant %s", EncodePodDevices(pd), err, want)
+	}
+	// Fewer devices than the containers ask for: an error, never a wrap.
+	if _, err := Allocation(pod, devs[:2], gpu.Exclusive); err == nil {
+		t.Errorf("want an error when the devices run out")
 	}
 	at := time.Unix(1787307330, 0)
-	ann := BindAnnotations("gpu-node-1", Allocation(podWith(ctr("c", map[v1.ResourceName]string{ResourceGPU: "1"})), devs[:1], gpu.Exclusive), at)
+	one, _ := Allocation(podWith(ctr("c", map[v1.ResourceName]string{ResourceGPU: "1"})), devs[:1], gpu.Exclusive)
+	ann := BindAnnotations("gpu-node-1", one, at)
 	want := map[string]string{AnnotationVGPUNode: "gpu-node-1", AnnotationVGPUTime: "1787307330", AnnotationBindTime: "1787307330", AnnotationBindPhase: BindAllocating,
 		AnnotationToAllocate: "GPU-a,NVIDIA,81920,100:;", AnnotationAllocated: "GPU-a,NVIDIA,81920,100:;"}
 	if diff := cmp.Diff(want, ann); diff != "" {
@@ -163,35 +180,47 @@ func TestNodeLock(t *testing.T) {
 		n, _ := client.CoreV1().Nodes().Get(ctx, "n", metav1.GetOptions{})
 		return n.Annotations[AnnotationNodeLock]
 	}
-	if err := LockNode(ctx, client, "n", "ns", "a", now, NodeLockTimeout, alive); err != nil || lock() != "2026-08-21T10:15:30Z,ns,a" {
-		t.Fatalf("take: %v %q", err, lock())
+	va, err := LockNode(ctx, client, "n", "ns", "a", now, NodeLockTimeout, alive, nil)
+	if err != nil || lock() != "2026-08-21T10:15:30Z,ns,a" || va != lock() {
+		t.Fatalf("take: %v %q %q", err, va, lock())
 	}
-	if err := LockNode(ctx, client, "n", "ns", "a", now, NodeLockTimeout, alive); err != nil {
-		t.Errorf("ours already: %v", err)
+	// The pod's earlier attempt: taken again, with a new value.
+	va2, err := LockNode(ctx, client, "n", "ns", "a", now.Add(time.Second), NodeLockTimeout, alive, nil)
+	if err != nil || va2 != lock() || va2 == va || !strings.HasSuffix(va2, ",ns,a") {
+		t.Errorf("ours already: %v %q", err, va2)
 	}
+	// The earlier attempt's cleanup leaves it alone.
+	if err := ReleaseNodeLock(ctx, client, "n", va); err != nil || lock() != va2 {
+		t.Errorf("an earlier attempt released the new hold: %v %q", err, lock())
+	}
+	va = va2
 	var locked *ErrLocked
-	if err := LockNode(ctx, client, "n", "ns", "b", now.Add(time.Minute), NodeLockTimeout, alive); !errors.As(err, &locked) || locked.Holder != "ns/a" {
+	if _, err := LockNode(ctx, client, "n", "ns", "b", now.Add(time.Minute), NodeLockTimeout, alive, nil); !errors.As(err, &locked) || locked.Holder != "ns/a" {
 		t.Errorf("contention: %v", err)
 	}
-	// Only the holder releases.
-	if err := ReleaseNodeLock(ctx, client, "n", "ns", "b"); err != nil || lock() == "" {
-		t.Errorf("released by another: %v %q", err, lock())
+	// Only that hold is released: not another pod's, not a later one.
+	if err := ReleaseNodeLock(ctx, client, "n", "2026-08-21T10:15:32Z,ns,a"); err != nil || lock() != va {
+		t.Errorf("released another hold: %v %q", err, lock())
 	}
-	// A holder that is gone, or a lock past its expiry, is taken over.
-	if err := LockNode(ctx, client, "n", "ns", "b", now.Add(time.Minute), NodeLockTimeout, gone); err != nil || !strings.HasSuffix(lock(), ",ns,b") {
-		t.Errorf("holder gone: %v %q", err, lock())
+	// A holder that is gone, or a lock past its expiry, is taken over; the
+	// value is known before it is written.
+	var written string
+	vb, err := LockNode(ctx, client, "n", "ns", "b", now.Add(time.Minute), NodeLockTimeout, gone, func(v string) { written = v })
+	if err != nil || vb != lock() || written != vb || !strings.HasSuffix(vb, ",ns,b") {
+		t.Errorf("holder gone: %v %q %q", err, vb, lock())
 	}
-	if err := LockNode(ctx, client, "n", "ns", "c", now.Add(7*time.Minute), NodeLockTimeout, alive); err != nil || !strings.HasSuffix(lock(), ",ns,c") {
+	vc, err := LockNode(ctx, client, "n", "ns", "c", now.Add(7*time.Minute), NodeLockTimeout, alive, nil)
+	if err != nil || !strings.HasSuffix(lock(), ",ns,c") {
 		t.Errorf("expired: %v %q", err, lock())
 	}
-	if err := ReleaseNodeLock(ctx, client, "n", "ns", "c"); err != nil || lock() != "" {
+	if err := ReleaseNodeLock(ctx, client, "n", vc); err != nil || lock() != "" {
 		t.Errorf("release: %v %q", err, lock())
 	}
 	// A malformed lock blocks the node, as it blocks HAMi's scheduler.
 	n, _ := client.CoreV1().Nodes().Get(ctx, "n", metav1.GetOptions{})
 	n.Annotations = map[string]string{AnnotationNodeLock: "yesterday,x"}
 	client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-	if err := LockNode(ctx, client, "n", "ns", "d", now, NodeLockTimeout, gone); err == nil || errors.As(err, &locked) {
+	if _, err := LockNode(ctx, client, "n", "ns", "d", now, NodeLockTimeout, gone, nil); err == nil || errors.As(err, &locked) {
 		t.Errorf("malformed: %v", err)
 	}
 }

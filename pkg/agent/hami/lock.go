@@ -49,67 +49,73 @@ type HolderGone func(ctx context.Context, namespace, name string) (bool, error)
 
 // LockNode takes the node's lock for the pod, as HAMi's LockNode does: a
 // compare-and-swap on the node's resourceVersion. A lock older than expiry,
-// or whose pod is gone, is released first; a lock the pod holds already is
-// kept. Another live holder gives *ErrLocked; a malformed lock an error
-// (HAMi's scheduler cannot lock the node either until it is fixed).
-func LockNode(ctx context.Context, client kubernetes.Interface, node, namespace, name string, now time.Time, expiry time.Duration, gone HolderGone) error {
+// or whose pod is gone, is released first, and so is one the pod's earlier
+// attempt left (its cleanup then leaves the new one alone). It returns the lock's value, which identifies this hold (see
+// ReleaseNodeLock); onWrite is called with it before it is written, so that
+// a write whose answer is lost can still be released. Another live holder
+// gives *ErrLocked; a malformed lock an error (HAMi's scheduler cannot lock
+// the node either until it is fixed).
+func LockNode(ctx context.Context, client kubernetes.Interface, node, namespace, name string, now time.Time, expiry time.Duration,
+	gone HolderGone, onWrite func(value string)) (string, error) {
 	for attempt := 0; attempt < 5; attempt++ {
 		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
-			return err
+			return "", err
 		}
 		v, held := n.Annotations[AnnotationNodeLock]
 		if held {
 			at, ns, nm, err := ParseNodeLock(v)
 			if err != nil {
-				return fmt.Errorf("node %s: unreadable %s %q: %w", node, AnnotationNodeLock, v, err)
-			}
-			if ns == namespace && nm == name {
-				return nil
+				return "", fmt.Errorf("node %s: unreadable %s %q: %w", node, AnnotationNodeLock, v, err)
 			}
 			stale := now.Sub(at) > expiry
+			if ns == namespace && nm == name {
+				// The pod's earlier attempt: taken again with a new
+				// value, so that its cleanup leaves this one alone.
+				stale = true
+			}
 			if !stale && nm != "" {
 				if g, err := gone(ctx, ns, nm); err == nil && g {
 					stale = true
 				}
 			}
 			if !stale {
-				return &ErrLocked{Node: node, Holder: ns + "/" + nm, Since: at}
+				return "", &ErrLocked{Node: node, Holder: ns + "/" + nm, Since: at}
 			}
 			if err := patchLock(ctx, client, node, n.ResourceVersion, nil); err != nil {
 				if apierrors.IsConflict(err) {
 					continue
 				}
-				return err
+				return "", err
 			}
 			continue
 		}
 		value := NodeLockValue(now, namespace, name)
+		if onWrite != nil {
+			onWrite(value)
+		}
 		if err := patchLock(ctx, client, node, n.ResourceVersion, &value); err != nil {
 			if apierrors.IsConflict(err) {
 				continue
 			}
-			return err
+			return "", err
 		}
-		return nil
+		return value, nil
 	}
-	return fmt.Errorf("node %s: %s kept changing while taking it", node, AnnotationNodeLock)
+	return "", fmt.Errorf("node %s: %s kept changing while taking it", node, AnnotationNodeLock)
 }
 
-// ReleaseNodeLock drops the node's lock if the pod holds it (or it is the
-// legacy form, which names no holder), as HAMi's ReleaseNodeLock does.
-func ReleaseNodeLock(ctx context.Context, client kubernetes.Interface, node, namespace, name string) error {
+// ReleaseNodeLock drops the node's lock if it is still the given hold: a
+// later hold of the same pod (a retry that took the lock again) is not
+// released by an earlier attempt's cleanup.
+func ReleaseNodeLock(ctx context.Context, client kubernetes.Interface, node, value string) error {
 	for attempt := 0; attempt < 5; attempt++ {
 		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		v, held := n.Annotations[AnnotationNodeLock]
-		if !held {
-			return nil
-		}
-		if !strings.HasSuffix(v, lockSep+namespace+lockSep+name) && strings.Contains(v, lockSep) {
-			return nil // someone else's
+		if n.Annotations[AnnotationNodeLock] != value {
+			return nil // released, or someone else's now
 		}
 		if err := patchLock(ctx, client, node, n.ResourceVersion, nil); err != nil {
 			if apierrors.IsConflict(err) {
@@ -121,7 +127,6 @@ func ReleaseNodeLock(ctx context.Context, client kubernetes.Interface, node, nam
 	}
 	return fmt.Errorf("node %s: %s kept changing while releasing it", node, AnnotationNodeLock)
 }
-
 // patchLock sets (or, with nil, removes) the lock, only if the node is still
 // at the resourceVersion read.
 func patchLock(ctx context.Context, client kubernetes.Interface, node, rv string, value *string) error {

@@ -145,6 +145,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 			if err != nil {
 				return nil, err
 			}
+			mon.SetHandshakeTimeout(time.Duration(args.HAMi.NodeLockExpirySeconds) * time.Second)
 			go mon.Run(ctx)
 		}
 		if r := args.Requeue; r.Enabled && h.ClientSet() != nil {
@@ -327,10 +328,19 @@ type reserveState struct {
 	// releases the devices.
 	bind atomic.Pointer[bindAttempt]
 	// hami is the device list for the node's HAMi device plugin when it
-	// delivers the pod's GPUs (nil otherwise); locked is set once PreBind
-	// holds the node's lock for the pod.
-	hami   hami.PodDevices
-	locked atomic.Bool
+	// delivers the pod's GPUs (nil otherwise); lock is the node lock's
+	// value once PreBind has written it (set before the write, so that a
+	// write whose answer is lost is released too).
+	hami hami.PodDevices
+	lock atomic.Pointer[string]
+}
+
+// lockValue is the node lock this cycle wrote, or "".
+func (r *reserveState) lockValue() string {
+	if v := r.lock.Load(); v != nil {
+		return *v
+	}
+	return ""
 }
 
 // bindAttempt is what a failed cycle knows of its bind.
@@ -374,7 +384,11 @@ func (pl *GPUFit) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 		for _, i := range choice.Devices() {
 			devs = append(devs, st.Devices[i])
 		}
-		rs.hami = hami.Allocation(pod, devs, choice.Share)
+		var err error
+		if rs.hami, err = hami.Allocation(pod, devs, choice.Share); err != nil {
+			pl.shared.Tracker().UnreserveIf(pod.UID, seq)
+			return fwk.AsStatus(fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err))
+		}
 	}
 	cs.Write(reserveStateKey, rs)
 	klog.FromContext(ctx).V(4).Info("reserved GPUs", "pod", klog.KObj(pod), "node", nodeName, "devices", choice.Devices(), "milli", choice.Milli)
@@ -405,14 +419,14 @@ func (pl *GPUFit) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		return // this cycle reserved nothing
 	}
 	b := rs.bind.Load()
-	if rs.locked.Load() && (b == nil || b.notBound) {
+	if lock := rs.lockValue(); lock != "" && (b == nil || b.notBound) {
 		// Nothing of this bind reached the node: let the next one in.
-		go pl.unlockNode(pod, rs.node)
+		go pl.unlockNode(pod, rs.node, lock)
 	}
 	if b != nil && !b.notBound {
 		klog.FromContext(ctx).V(2).Info("bind failed but may have landed: keeping the GPUs until the pod is seen", "pod", klog.KObj(pod), "node", rs.node)
 		pl.shared.Tracker().SetUncertain(pod.UID, rs.seq, true)
-		go pl.verifyRelease(pod, rs.node, rs.seq, b.at, b.mayLand)
+		go pl.verifyRelease(pod, rs.node, rs.seq, b.at, b.mayLand, rs.lockValue())
 		return
 	}
 	pl.shared.Tracker().UnreserveIf(pod.UID, rs.seq)
@@ -422,12 +436,17 @@ func (pl *GPUFit) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 // failed bind landed, and releases the reservation only if it did not. Then
 // the pod may be scheduled again (it is activated), and pods waiting for the
 // devices are told.
-func (pl *GPUFit) verifyRelease(pod *v1.Pod, node string, seq uint64, at time.Time, mayLand bool) {
+func (pl *GPUFit) verifyRelease(pod *v1.Pod, node string, seq uint64, at time.Time, mayLand bool, lock string) {
 	logger := klog.FromContext(pl.ctx).WithValues("pod", klog.KObj(pod), "node", node)
 	tr := pl.shared.Tracker()
 	client := pl.handle.ClientSet()
 	released, pending := false, true
 	defer func() {
+		if released && lock != "" {
+			// The bind did not land: the node's device plugin will not
+			// serve this pod (before the pod may try again).
+			pl.unlockNode(pod, node, lock)
+		}
 		if pending && pl.ctx.Err() == nil {
 			pl.handle.Activate(logger, map[string]*v1.Pod{pod.Namespace + "/" + pod.Name: pod})
 		}
@@ -584,10 +603,9 @@ func (pl *GPUFit) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 		return nil
 	}
 	if rs.hami != nil {
-		if st := pl.lockNode(ctx, pod, nodeName); st != nil {
+		if st := pl.lockNode(ctx, pod, nodeName, rs); st != nil {
 			return st
 		}
-		rs.locked.Store(true)
 		if st := pl.recheck(ctx, pod, nodeName, rs); st != nil {
 			return st // Unreserve releases the lock
 		}
@@ -595,10 +613,22 @@ func (pl *GPUFit) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	if pl.args.AssignmentWrite != config.WriteAtPreBind {
 		return nil
 	}
-	meta := map[string]any{"annotations": pl.bindAnnotations(rs, nodeName)}
+	ann := map[string]any{}
+	for k, v := range pl.bindAnnotations(rs, nodeName) {
+		ann[k] = v
+	}
+	meta := map[string]any{"annotations": ann}
 	if rs.hami != nil {
 		// HAMi's scheduler labels the pod too (its monitor reads it).
 		meta["labels"] = map[string]string{hami.AnnotationVGPUNode: nodeName}
+	} else if _, stale := pod.Annotations[hami.AnnotationVGPUNode]; stale {
+		// An earlier attempt on a HAMi node left its record: HAMi would
+		// keep counting the pod there.
+		for _, k := range []string{hami.AnnotationVGPUNode, hami.AnnotationVGPUTime, hami.AnnotationToAllocate, hami.AnnotationAllocated,
+			hami.AnnotationBindPhase, hami.AnnotationBindTime} {
+			ann[k] = nil
+		}
+		meta["labels"] = map[string]any{hami.AnnotationVGPUNode: nil}
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
@@ -632,24 +662,31 @@ func (pl *GPUFit) bindAnnotations(rs *reserveState, node string) map[string]stri
 // serves whichever pod holds the lock, so binds on one node go one at a
 // time. A stale lock (older than hami.nodeLockExpirySeconds, or whose pod is
 // gone) is taken over.
-func (pl *GPUFit) lockNode(ctx context.Context, pod *v1.Pod, node string) *fwk.Status {
+func (pl *GPUFit) lockNode(ctx context.Context, pod *v1.Pod, node string, rs *reserveState) *fwk.Status {
 	client := pl.handle.ClientSet()
 	if client == nil {
 		return fwk.AsStatus(fmt.Errorf("no client to lock node %s", node))
 	}
 	expiry := time.Duration(pl.args.HAMi.NodeLockExpirySeconds) * time.Second
 	deadline := time.Now().Add(time.Duration(pl.args.HAMi.LockWaitSeconds) * time.Second)
+	// A holder that is gone, has ended or is being deleted never reaches
+	// the device plugin (the kubelet rejected it before Allocate, say).
 	gone := func(ctx context.Context, ns, name string) (bool, error) {
-		_, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, nil
 		}
-		return false, err
+		if err != nil {
+			return false, err
+		}
+		return p.DeletionTimestamp != nil || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed, nil
 	}
+	wrote := func(v string) { rs.lock.Store(&v) }
 	wait := 50 * time.Millisecond
 	for {
-		err := hami.LockNode(ctx, client, node, pod.Namespace, pod.Name, time.Now(), expiry, gone)
+		v, err := hami.LockNode(ctx, client, node, pod.Namespace, pod.Name, time.Now(), expiry, gone, wrote)
 		if err == nil {
+			rs.lock.Store(&v)
 			return nil
 		}
 		var locked *hami.ErrLocked
@@ -669,24 +706,26 @@ func (pl *GPUFit) lockNode(ctx context.Context, pod *v1.Pod, node string) *fwk.S
 	}
 }
 
-// unlockNode releases the node's lock if the pod still holds it.
-func (pl *GPUFit) unlockNode(pod *v1.Pod, node string) {
+// unlockNode releases the node's lock if it is still this hold.
+func (pl *GPUFit) unlockNode(pod *v1.Pod, node, lock string) {
 	client := pl.handle.ClientSet()
 	if client == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(pl.ctx, 10*time.Second)
 	defer cancel()
-	if err := hami.ReleaseNodeLock(ctx, client, node, pod.Namespace, pod.Name); err != nil {
+	if err := hami.ReleaseNodeLock(ctx, client, node, lock); err != nil {
 		klog.FromContext(pl.ctx).Info("could not release the node's lock; it expires", "pod", klog.KObj(pod), "node", node, "err", err)
 	}
 }
 
 // recheck runs once the node's lock is held: HAMi's scheduler writes its
-// device choice on a pod before it takes the lock to bind it, so a choice
-// made from the informer's view can have been overtaken. The pods HAMi
-// has labelled for the node are read from the API server, and the devices
-// chosen must still take the share.
+// device choice on a pod (and labels it) before it takes the lock to bind
+// it, so a choice made from the informer's view can have been overtaken.
+// The pods labelled for the node are read from the API server and added to
+// the informer's view for this check only (the informer catches up on its
+// own): bound ones as pods of the node, unbound ones by their record. The
+// devices chosen must still take the share.
 func (pl *GPUFit) recheck(ctx context.Context, pod *v1.Pod, node string, rs *reserveState) *fwk.Status {
 	client, f := pl.handle.ClientSet(), pl.handle.SharedInformerFactory()
 	if client == nil || f == nil {
@@ -696,11 +735,6 @@ func (pl *GPUFit) recheck(ctx context.Context, pod *v1.Pod, node string, rs *res
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("reading the pods HAMi placed on %s: %w", node, err))
 	}
-	for i := range list.Items {
-		if list.Items[i].UID != pod.UID {
-			pl.trackPending(&list.Items[i])
-		}
-	}
 	n, err := f.Core().V1().Nodes().Lister().Get(node)
 	if err != nil {
 		return fwk.AsStatus(err)
@@ -709,7 +743,39 @@ func (pl *GPUFit) recheck(ctx context.Context, pod *v1.Pod, node string, rs *res
 	if !ok {
 		return nil
 	}
-	if st := pl.shared.Tracker().Compute(n, pods, 0, 0, pod.UID, false); !st.Admits(rs.choice) {
+	tr := pl.shared.Tracker()
+	known := make(map[types.UID]int, len(pods))
+	for i, p := range pods {
+		known[p.UID] = i
+	}
+	var inFlight []*v1.Pod
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.UID == pod.UID || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed || p.DeletionTimestamp != nil {
+			continue
+		}
+		switch {
+		case p.Spec.NodeName == node:
+			if at, ok := known[p.UID]; ok {
+				pods[at] = p
+			} else {
+				pods = append(pods, p)
+			}
+		case p.Spec.NodeName == "" && !tr.IsPending(p.UID) && p.Annotations[gpu.AnnotationAssignment] == "":
+			inFlight = append(inFlight, p)
+		}
+	}
+	st := tr.Compute(n, pods, 0, 0, pod.UID, false)
+	if len(inFlight) > 0 && st.Delivers() {
+		st = st.Clone()
+		agent := tr.RequestOptions().Agent
+		for _, p := range inFlight {
+			if uses, ok := agent.Uses(p, node); ok {
+				st.TakeUses(uses)
+			}
+		}
+	}
+	if !st.Admits(rs.choice) {
 		klog.FromContext(ctx).V(2).Info("the devices chosen were taken before the bind", "pod", klog.KObj(pod), "node", node, "devices", rs.choice.Devices())
 		return fwk.NewStatus(fwk.Unschedulable, ErrReasonDevicesChanged)
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/kubernetes/test/utils/ktesting"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
@@ -149,5 +150,44 @@ func TestHAMiBind(t *testing.T) {
 		return lock() == "", nil
 	}); err != nil {
 		t.Errorf("lock left after the failed bind: %q", lock())
+	}
+}
+
+// With assignmentWrite: PreBind, the same annotations and HAMi's label are
+// patched onto the pod before the default binder binds it.
+func TestHAMiPreBindMode(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	node := hamiNode("hami")
+	args := scheme.DefaultGPUFitArgs()
+	args.AssignmentWrite = config.WriteAtPreBind
+	e := newEnv(tCtx, t, args, []*v1.Node{node}, nil)
+	if _, err := e.client.CoreV1().Nodes().Create(tCtx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := st.MakePod().Name("h").Namespace("default").UID("h").SchedulerName(gpu.SchedulerName).
+		Req(map[v1.ResourceName]string{gpuRes: "1", hami.ResourceMemoryPercent: "25", hami.ResourceCores: "20"}).Obj()
+	if _, err := e.client.CoreV1().Pods("default").Create(tCtx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cs := framework.NewCycleState()
+	if _, s := e.pl.PreFilter(tCtx, cs, pod, nil); !s.IsSuccess() {
+		t.Fatal(s)
+	}
+	if s := e.pl.Reserve(tCtx, cs, pod, "hami"); !s.IsSuccess() {
+		t.Fatal(s)
+	}
+	if s := e.pl.PreBind(tCtx, cs, pod, "hami"); !s.IsSuccess() {
+		t.Fatal(s)
+	}
+	got, err := e.client.CoreV1().Pods("default").Get(tCtx, "h", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "GPU-a,NVIDIA,5000,20:;"; got.Annotations[hami.AnnotationAllocated] != want || got.Annotations[hami.AnnotationToAllocate] != want ||
+		got.Labels[hami.AnnotationVGPUNode] != "hami" || got.Annotations[hami.AnnotationBindPhase] != hami.BindAllocating {
+		t.Errorf("patched %v %v", got.Labels, got.Annotations)
+	}
+	if s := e.pl.Bind(tCtx, cs, pod, "hami"); !s.IsSkip() {
+		t.Errorf("Bind: %v, want Skip (the default binder binds)", s)
 	}
 }
