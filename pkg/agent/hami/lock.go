@@ -127,6 +127,7 @@ func ReleaseNodeLock(ctx context.Context, client kubernetes.Interface, node, val
 	}
 	return fmt.Errorf("node %s: %s kept changing while releasing it", node, AnnotationNodeLock)
 }
+
 // patchLock sets (or, with nil, removes) the lock, only if the node is still
 // at the resourceVersion read.
 func patchLock(ctx context.Context, client kubernetes.Interface, node, rv string, value *string) error {
