@@ -94,10 +94,12 @@ func Register(devs []Device) string {
 }
 
 // Plugin is the fake device plugin of every fake node that carries a
-// registration. Admissions are served one at a time, as the plugin does.
+// registration. A node's admissions are served one at a time, as its plugin
+// does; nodes are independent.
 type Plugin struct {
 	client kubernetes.Interface
-	mu     sync.Mutex
+	mu     sync.Mutex // admitted, nodes
+	nodes  map[string]*sync.Mutex
 	// admitted remembers each pod's admission: the kubelet admits a pod
 	// once, however often its status write has to be retried.
 	admitted map[types.UID]error
@@ -107,7 +109,7 @@ type Plugin struct {
 
 // New returns the plugin.
 func New(client kubernetes.Interface) *Plugin {
-	return &Plugin{client: client, admitted: map[types.UID]error{}}
+	return &Plugin{client: client, admitted: map[types.UID]error{}, nodes: map[string]*sync.Mutex{}}
 }
 
 // Serves reports whether the plugin runs on the node.
@@ -134,13 +136,25 @@ func gpus(c *v1.Container) int64 {
 // means the kubelet rejects the pod (UnexpectedAdmissionError).
 func (p *Plugin) Admit(ctx context.Context, node *v1.Node, pod *v1.Pod) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err, done := p.admitted[pod.UID]; done {
+	nm := p.nodes[node.Name]
+	if nm == nil {
+		nm = &sync.Mutex{}
+		p.nodes[node.Name] = nm
+	}
+	p.mu.Unlock()
+	nm.Lock()
+	defer nm.Unlock()
+	p.mu.Lock()
+	err, done := p.admitted[pod.UID]
+	p.mu.Unlock()
+	if done {
 		return err
 	}
-	err := p.admit(ctx, node, pod)
+	err = p.admit(ctx, node, pod)
 	if ctx.Err() == nil {
+		p.mu.Lock()
 		p.admitted[pod.UID] = err
+		p.mu.Unlock()
 	}
 	return err
 }
@@ -243,7 +257,9 @@ func (p *Plugin) allocate(ctx context.Context, node string, devs map[string]Devi
 	}
 	env = append([]string{"NVIDIA_VISIBLE_DEVICES=" + strings.Join(uuids, ",")}, env...)
 	env = append(env, "CUDA_DEVICE_SM_LIMIT="+strconv.Itoa(seg[0].cores))
+	p.mu.Lock()
 	p.Allocations++
+	p.mu.Unlock()
 	return target, strings.Join(env, ";"), nil
 }
 

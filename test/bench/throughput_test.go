@@ -34,7 +34,7 @@ var (
 	tpNodes   = flag.Int("nodes", 500, "nodes for the throughput benchmark")
 	tpPods    = flag.Int("pods", 2000, "pods per variant")
 	tpProfile = flag.String("pprof", "", "directory for CPU profiles of the schedulers under test")
-	tpOnly    = flag.String("variants", "a,b,c,d", "which variants to run")
+	tpOnly    = flag.String("variants", "a,b,c,d", "which variants to run (e: the gpu mix on nodes running HAMi's device plugin)")
 	tpWrite   = flag.String("assignment-write", "", "GPUFit assignmentWrite for gpu-scheduler (Bind, PreBind); empty: the shipped default")
 	tpRounds  = flag.Int("rounds", 1, "run the variants this many times, interleaved (a b c d a b c d ...), and report means")
 	tpWarmup  = flag.Bool("warmup", true, "run the first variant once, unrecorded, before measuring")
@@ -62,14 +62,21 @@ type Throughput struct {
 // the pods, starts the scheduler under test, and measures until all are
 // bound: (a) vanilla kube-scheduler, CPU-only pods; (b) gpu-scheduler, the
 // same pods; (c) gpu-scheduler, an openb-like mix of whole, shared and
-// CPU-only pods; (d) vanilla, that mix with whole GPUs only.
+// CPU-only pods; (d) vanilla, that mix with whole GPUs only; and, when
+// asked for, (e) gpu-scheduler, the mix on as many nodes that run HAMi's
+// device plugin (the fake one of the harness), its shares delivered: a node
+// lock per bind, the device plugin's handshake, a recheck.
 func BenchmarkThroughput(b *testing.B) {
 	ctx := context.Background()
 	start := time.Now()
-	createNodes(b, *tpNodes)
+	createNodes(b, *tpNodes, false)
+	if contains(*tpOnly, "e") {
+		createNodes(b, *tpNodes, true)
+	}
 	b.Logf("%d nodes registered in %v", *tpNodes, time.Since(start).Round(time.Second))
 	type variant struct{ key, sched, workload string }
-	all := []variant{{"a", "kube-scheduler", "cpu"}, {"b", "gpu-scheduler", "cpu"}, {"c", "gpu-scheduler", "gpu"}, {"d", "kube-scheduler", "gpu-whole"}}
+	all := []variant{{"a", "kube-scheduler", "cpu"}, {"b", "gpu-scheduler", "cpu"}, {"c", "gpu-scheduler", "gpu"}, {"d", "kube-scheduler", "gpu-whole"},
+		{"e", "gpu-scheduler", "gpu-hami"}}
 	// Rounds interleave the variants, so that a slow spell of the shared
 	// machine hits all of them; single runs of a ratio move by ±0.1 here.
 	rounds := map[string][]*Throughput{}
@@ -119,7 +126,7 @@ func BenchmarkThroughput(b *testing.B) {
 	for k, r := range results {
 		out[k] = r
 	}
-	for _, pair := range [][2]string{{"b", "a"}, {"c", "d"}} {
+	for _, pair := range [][2]string{{"b", "a"}, {"c", "d"}, {"e", "c"}} {
 		ours, base := results[pair[0]], results[pair[1]]
 		if ours == nil || base == nil {
 			continue
@@ -202,7 +209,10 @@ func splitComma(s string) []string {
 
 // createNodes registers nodes with 8 GPUs each (a few models), Ready, with
 // no kubelet, concurrently.
-func createNodes(b *testing.B, n int) {
+// hamiTaint keeps the other variants off the nodes of variant e.
+var hamiTaint = v1.Taint{Key: "bench.gpu-scheduler.io/hami", Value: "true", Effect: v1.TaintEffectNoSchedule}
+
+func createNodes(b *testing.B, n int, hami bool) {
 	models := []string{"NVIDIA-A100-SXM4-80GB", "Tesla-T4", "NVIDIA-L4"}
 	var wg sync.WaitGroup
 	var failed atomic.Int32
@@ -214,6 +224,10 @@ func createNodes(b *testing.B, n int) {
 			for i := range work {
 				nd := fleet.Node{Name: fmt.Sprintf("perf-%05d", i), CPU: "96", Memory: "768Gi", GPUs: 8,
 					Model: models[i%len(models)], MemoryMiB: 81920}
+				if hami {
+					nd.Name, nd.HAMiSplit = fmt.Sprintf("hami-%05d", i), 10
+					nd.Taints, nd.Labels = []v1.Taint{hamiTaint}, map[string]string{hamiTaint.Key: "true"}
+				}
 				if err := fleet.Create(context.Background(), cluster.Client, nd); err != nil {
 					failed.Add(1)
 				}
@@ -232,7 +246,9 @@ func createNodes(b *testing.B, n int) {
 
 // pods of a workload: cpu (100m, 500Mi, as scheduler_perf's default
 // template), gpu (the openb mix: 13% CPU-only, 38% a share of one GPU, 48%
-// one GPU, 1% 2/4/8 GPUs), gpu-whole (the same, shares as whole GPUs).
+// one GPU, 1% 2/4/8 GPUs), gpu-whole (the same, shares as whole GPUs),
+// gpu-hami (the same, on HAMi's nodes: shares ask for one device plugin
+// slot, and are delivered).
 func workloadPod(kind string, i int, rng *rand.Rand, ns, schedulerName string) *v1.Pod {
 	p := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%06d", i), Namespace: ns, Annotations: map[string]string{}},
@@ -244,6 +260,10 @@ func workloadPod(kind string, i int, rng *rand.Rand, ns, schedulerName string) *
 		return p
 	}
 	c := &p.Spec.Containers[0]
+	if kind == "gpu-hami" {
+		p.Spec.NodeSelector = map[string]string{hamiTaint.Key: "true"}
+		p.Spec.Tolerations = []v1.Toleration{{Key: hamiTaint.Key, Operator: v1.TolerationOpEqual, Value: "true", Effect: v1.TaintEffectNoSchedule}}
+	}
 	whole := func(n int64) {
 		q := *resource.NewQuantity(n, resource.DecimalSI)
 		c.Resources.Requests[gpu.ResourceNvidiaGPU] = q
@@ -253,9 +273,13 @@ func workloadPod(kind string, i int, rng *rand.Rand, ns, schedulerName string) *
 	switch x := rng.Intn(100); {
 	case x < 13:
 	case x < 51:
-		if kind == "gpu-whole" {
+		switch kind {
+		case "gpu-whole":
 			whole(1)
-		} else {
+		case "gpu-hami":
+			whole(1) // the slot
+			p.Annotations[gpu.AnnotationMilli] = fmt.Sprint([]int{810, 470, 320, 650, 230, 500}[rng.Intn(6)])
+		default:
 			p.Annotations[gpu.AnnotationMilli] = fmt.Sprint([]int{810, 470, 320, 650, 230, 500}[rng.Intn(6)])
 		}
 	case x < 99:
@@ -371,6 +395,19 @@ func runThroughput(ctx context.Context, b *testing.B, key, schedBin, workload st
 	sort.Float64s(sorted)
 	res.P50, res.P90, res.P99 = percentile(sorted, 50), percentile(sorted, 90), percentile(sorted, 99)
 	b.Logf("%s: %d bound in %v; samples %v", key, bound.Load(), elapsed.Round(time.Millisecond), samples)
+	// How the binds spread over nodes: on HAMi's nodes, binds on one node
+	// go one at a time (the node lock).
+	perNode := map[string]int{}
+	for _, o := range inf.GetStore().List() {
+		if p := o.(*v1.Pod); p.Spec.NodeName != "" {
+			perNode[p.Spec.NodeName]++
+		}
+	}
+	most := 0
+	for _, n := range perNode {
+		most = max(most, n)
+	}
+	b.Logf("%s: on %d nodes, at most %d on one", key, len(perNode), most)
 
 	if *tpProfile != "" {
 		// Allocations since the start, to see what each pod costs.

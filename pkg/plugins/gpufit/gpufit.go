@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -209,6 +210,13 @@ func (pl *GPUFit) watch(pods, nodes cache.SharedIndexInformer) error {
 		return err
 	}
 	_, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, obj interface{}) {
+			o, ok1 := old.(*v1.Node)
+			n, ok2 := obj.(*v1.Node)
+			if ok1 && ok2 && o.Annotations[hami.AnnotationNodeLock] != n.Annotations[hami.AnnotationNodeLock] {
+				lockChanged(n.Name)
+			}
+		},
 		DeleteFunc: func(obj interface{}) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
@@ -682,8 +690,9 @@ func (pl *GPUFit) lockNode(ctx context.Context, pod *v1.Pod, node string, rs *re
 		return p.DeletionTimestamp != nil || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed, nil
 	}
 	wrote := func(v string) { rs.lock.Store(&v) }
-	wait := 50 * time.Millisecond
 	for {
+		// Before the attempt, so that a release right after it wakes us.
+		changed := lockWait(node)
 		v, err := hami.LockNode(ctx, client, node, pod.Namespace, pod.Name, time.Now(), expiry, gone, wrote)
 		if err == nil {
 			rs.lock.Store(&v)
@@ -700,9 +709,44 @@ func (pl *GPUFit) lockNode(ctx context.Context, pod *v1.Pod, node string, rs *re
 		select {
 		case <-ctx.Done():
 			return fwk.AsStatus(ctx.Err())
-		case <-time.After(wait):
+		case <-changed:
+		case <-time.After(lockPoll):
 		}
-		wait = min(2*wait, time.Second)
+	}
+}
+
+// lockPoll is how often a bind waiting for a node's lock tries again when
+// no change of the lock is seen (a stale lock expires without one).
+const lockPoll = time.Second
+
+// lockWaiters wakes the binds waiting for a node's lock when the node
+// informer sees the lock change: the device plugin releases it once it has
+// served the pod, and the next bind should go at once.
+var lockWaiters struct {
+	sync.Mutex
+	m map[string]chan struct{}
+}
+
+func lockWait(node string) <-chan struct{} {
+	lockWaiters.Lock()
+	defer lockWaiters.Unlock()
+	if lockWaiters.m == nil {
+		lockWaiters.m = map[string]chan struct{}{}
+	}
+	ch := lockWaiters.m[node]
+	if ch == nil {
+		ch = make(chan struct{})
+		lockWaiters.m[node] = ch
+	}
+	return ch
+}
+
+func lockChanged(node string) {
+	lockWaiters.Lock()
+	defer lockWaiters.Unlock()
+	if ch := lockWaiters.m[node]; ch != nil {
+		close(ch)
+		delete(lockWaiters.m, node)
 	}
 }
 
