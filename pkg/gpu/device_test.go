@@ -267,7 +267,8 @@ func TestAgentPending(t *testing.T) {
 	if got := free(); got != [2]int32{1000, 1000} {
 		t.Fatalf("before: %v", got)
 	}
-	tr.SetPending(p, "n", time.Now())
+	window := 5 * time.Minute
+	tr.SetPending(p, "n", time.Now().Add(window))
 	if got := free(); got != [2]int32{0, 1000} {
 		t.Errorf("in flight: %v", got)
 	}
@@ -280,12 +281,36 @@ func TestAgentPending(t *testing.T) {
 	if got := free(); got != [2]int32{1000, 1000} {
 		t.Errorf("forgotten: %v", got)
 	}
-	tr.SetPending(p, "n", time.Now().Add(-PendingWindow-time.Second))
+	tr.SetPending(p, "n", time.Now().Add(-time.Second))
 	if got := free(); got != [2]int32{1000, 1000} {
 		t.Errorf("past the window: %v", got)
 	}
+	// Moved to another node: it holds nothing here any more.
+	until := time.Now().Add(window)
+	tr.SetPending(p, "n", until)
+	tr.SetPending(p, "m", until)
+	if got := free(); got != [2]int32{1000, 1000} || tr.PendingOn(p.UID, "m") == nil || tr.PendingOn(p.UID, "n") != nil {
+		t.Errorf("moved: %v", got)
+	}
+	// A status update of a pending pod changes no state.
+	tr.SetPending(p, "n", until)
+	free()
+	v := tr.slot("n", false).version.Load()
+	again := p.DeepCopy()
+	again.Status.Phase = v1.PodPending
+	tr.SetPending(again, "n", until)
+	if tr.slot("n", false).version.Load() != v || tr.Lookup("n", 1) == nil {
+		t.Errorf("a no-op update invalidated the state")
+	}
+	// Gone from the informer (the alive hook): it holds nothing.
+	tr.SetAlive(func(types.UID, string, Reservation) bool { return false })
+	tr.SetPending(p, "n", until.Add(time.Second))
+	if got := free(); got != [2]int32{1000, 1000} {
+		t.Errorf("gone: %v", got)
+	}
+	tr.SetAlive(func(types.UID, string, Reservation) bool { return true })
 	// A cached state expires with the window.
-	tr.SetPending(p, "n", time.Now().Add(-PendingWindow+50*time.Millisecond))
+	tr.SetPending(p, "n", time.Now().Add(50*time.Millisecond))
 	free()
 	time.Sleep(100 * time.Millisecond)
 	if st := tr.Lookup("n", 1); st != nil {

@@ -68,16 +68,11 @@ type pendingPod struct {
 	until time.Time
 }
 
-// PendingWindow is how long another scheduler's in-flight pod holds the
-// devices its record names before it is bound: HAMi's node lock expiry, the
-// longest its bind can take.
-const PendingWindow = 5 * time.Minute
-
 // SetPending records (node != "") or forgets (node == "") a pod that another
 // scheduler chose devices for on node and has not bound yet; it holds
 // them, as that scheduler's own accounting says, until it is bound or gone,
-// or since is PendingWindow old.
-func (t *Tracker) SetPending(pod *v1.Pod, node string, since time.Time) {
+// or until.
+func (t *Tracker) SetPending(pod *v1.Pod, node string, until time.Time) {
 	if node == "" {
 		// Every pod event comes here: most never were pending.
 		t.mu.RLock()
@@ -111,7 +106,6 @@ func (t *Tracker) SetPending(pod *v1.Pod, node string, since time.Time) {
 	s := t.slot(node, true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	until := since.Add(PendingWindow)
 	if cur, ok := s.pending[pod.UID]; ok && cur.until.Equal(until) && sameRecord(cur.pod, pod) {
 		return // a status update: nothing a state depends on
 	}
@@ -122,13 +116,22 @@ func (t *Tracker) SetPending(pod *v1.Pod, node string, since time.Time) {
 	s.version.Add(1)
 }
 
-// IsPending reports whether a pod is counted as another scheduler's
-// in-flight pod.
-func (t *Tracker) IsPending(uid types.UID) bool {
+// PendingOn returns the version of a pod counted as another scheduler's
+// in-flight pod on node, or nil.
+func (t *Tracker) PendingOn(uid types.UID, node string) *v1.Pod {
 	t.mu.RLock()
-	defer t.mu.RUnlock()
-	_, ok := t.pendingAt[uid]
-	return ok
+	at, ok := t.pendingAt[uid]
+	t.mu.RUnlock()
+	if !ok || at != node {
+		return nil
+	}
+	s := t.slot(node, false)
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending[uid].pod
 }
 
 // sameRecord reports whether two versions of a pending pod hold the same:

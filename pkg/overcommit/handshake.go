@@ -17,14 +17,10 @@ import (
 const ReasonHandshakeFailed = "GPUHandshakeFailed"
 
 // HandshakeTimeout is how long a bound pod may wait for the device plugin to
-// take its devices, by default (HAMi's node lock expiry; SetHandshakeTimeout
-// follows GPUFit's hami.nodeLockExpirySeconds): past it, the plugin never
-// will, and the node's lock goes to the next pod.
+// take its devices, by default (HAMi's node lock expiry; GPUFit passes its
+// hami.nodeLockExpirySeconds): past it, the plugin never will, and the
+// node's lock goes to the next pod.
 const HandshakeTimeout = 5 * time.Minute
-
-// SetHandshakeTimeout sets how long a bound pod may wait for the device
-// plugin. Call it before Run.
-func (m *Monitor) SetHandshakeTimeout(d time.Duration) { m.handshakeTimeout = d }
 
 var handshakeFailures = metrics.NewCounterVec(&metrics.CounterOpts{
 	Subsystem: "gpu_scheduler", Name: "hami_handshake_failures_total", StabilityLevel: metrics.ALPHA,

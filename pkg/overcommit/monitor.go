@@ -102,7 +102,7 @@ const Grace = 10 * time.Second
 
 // New wires the monitor to the informers; Run starts it.
 func New(src Source, pods, nodes cache.SharedIndexInformer, recorder events.EventRecorder, active func() bool,
-	reqOpts gpu.RequestOptions, resync time.Duration) (*Monitor, error) {
+	reqOpts gpu.RequestOptions, resync, handshakeTimeout time.Duration) (*Monitor, error) {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(overcommittedNodes, overcommitted, refusedNodes, reservations, handshakeFailures)
 	})
@@ -110,7 +110,7 @@ func New(src Source, pods, nodes cache.SharedIndexInformer, recorder events.Even
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpu-scheduler-overcommit"}),
 		over: map[string]time.Time{}, told: map[string]bool{}, refused: map[string]bool{}, toldRefused: map[string]bool{},
-		ignored: map[types.UID]bool{}, handshook: map[types.UID]bool{}, handshakeTimeout: HandshakeTimeout}
+		ignored: map[types.UID]bool{}, handshook: map[types.UID]bool{}, handshakeTimeout: handshakeTimeout}
 	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) { m.onPod(nil, obj) },
 		UpdateFunc: func(old, obj interface{}) {

@@ -38,7 +38,7 @@ func newMonitor(t *testing.T, active func() bool) (*Monitor, cache.SharedIndexIn
 	pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
 	rec := events.NewFakeRecorder(10)
 	m, err := New(&source{tracker: gpu.NewTracker(gpu.DefaultNodeOptions), pods: pods.GetIndexer()}, pods, nodes, rec,
-		active, gpu.DefaultRequestOptions, time.Minute)
+		active, gpu.DefaultRequestOptions, time.Minute, HandshakeTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -191,7 +191,7 @@ const gpufitNoDelivery = "node(s) had no device plugin that delivers GPU shares"
 func TestHAMiLockExpiry(t *testing.T) {
 	const expiry = 3
 	sched, err := harness.StartInProcessWith(context.Background(), cluster.Config, manifests.SchedulerConfig, harness.InProcessOptions{
-		FitArgs: func(a *ourconfig.GPUFitArgs) { a.HAMi.NodeLockExpirySeconds, a.HAMi.LockWaitSeconds = expiry, 1 }})
+		FitArgs: func(a *ourconfig.GPUFitArgs) { a.HAMi.NodeLockExpirySeconds, a.HAMi.LockWaitSeconds = expiry, 20 }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,13 +206,15 @@ func TestHAMiLockExpiry(t *testing.T) {
 	if _, err := s.C.Client.CoreV1().Nodes().Patch(s.Ctx, node, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// Three binds wait for it, then go one at a time.
-	names := []string{"next-0", "next-1", "next-2"}
+	// Three binds wait for it (each woken when the lock changes), then go
+	// one at a time: the device plugin serves whichever pod holds the lock,
+	// so each container getting its own size shows that no two overlapped.
+	names := []string{"next-200", "next-300", "next-400"}
 	for _, n := range names {
-		s.Create(withLimits(s.Pod(harness.PodSpec{Name: n, Milli: 300}), map[v1.ResourceName]string{gpu.ResourceNvidiaGPU: "1"}))
+		milli, _ := strconv.Atoi(strings.TrimPrefix(n, "next-"))
+		s.Create(withLimits(s.Pod(harness.PodSpec{Name: n, Milli: milli}), map[v1.ResourceName]string{gpu.ResourceNvidiaGPU: "1"}))
 	}
 	bound := s.WaitBound(90*time.Second, names...)
-	devices := map[string]int{}
 	for _, n := range names {
 		p := bound[n]
 		bt, err := strconv.ParseInt(p.Annotations[hami.AnnotationBindTime], 10, 64)
@@ -222,14 +224,10 @@ func TestHAMiLockExpiry(t *testing.T) {
 		if bt < taken.Unix()+expiry {
 			t.Errorf("%s: bound at %d, while the lock taken at %d was fresh (expiry %ds)", n, bt, taken.Unix(), expiry)
 		}
-		env := waitEnv(t, s, n)
-		if env["CUDA_DEVICE_MEMORY_LIMIT_0"] != strconv.Itoa(23034*300/1000)+"m" {
-			t.Errorf("%s: env %v", n, env)
+		milli, _ := strconv.Atoi(strings.TrimPrefix(n, "next-"))
+		if env := waitEnv(t, s, n); env["CUDA_DEVICE_MEMORY_LIMIT_0"] != strconv.Itoa(23034*milli/1000)+"m" || env["CUDA_DEVICE_SM_LIMIT"] != strconv.Itoa(milli/10) {
+			t.Errorf("%s: got %v, not its own share", n, env)
 		}
-		devices[env["NVIDIA_VISIBLE_DEVICES"]]++
-	}
-	if len(devices) != 1 {
-		t.Errorf("three 300m shares on a node of one GPU: %v", devices)
 	}
 	err = wait.PollUntilContextTimeout(s.Ctx, 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 		n, err := s.C.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})

@@ -193,7 +193,15 @@ func TestNodeLock(t *testing.T) {
 	if err := ReleaseNodeLock(ctx, client, "n", va); err != nil || lock() != va2 {
 		t.Errorf("an earlier attempt released the new hold: %v %q", err, lock())
 	}
-	va = va2
+	// Even within the same instant.
+	va3, err := LockNode(ctx, client, "n", "ns", "a", now.Add(time.Second), NodeLockTimeout, alive, nil)
+	if err != nil || va3 == va2 || va3 != lock() {
+		t.Errorf("retaken in the same instant: %v %q %q", err, va3, va2)
+	}
+	if err := ReleaseNodeLock(ctx, client, "n", va2); err != nil || lock() != va3 {
+		t.Errorf("an earlier attempt in the same instant released the new hold: %v %q", err, lock())
+	}
+	va = va3
 	var locked *ErrLocked
 	if _, err := LockNode(ctx, client, "n", "ns", "b", now.Add(time.Minute), NodeLockTimeout, alive, nil); !errors.As(err, &locked) || locked.Holder != "ns/a" {
 		t.Errorf("contention: %v", err)

@@ -14,9 +14,11 @@ import (
 )
 
 // NodeLockValue is the lock a scheduler takes for a pod:
-// `<RFC3339 time>,<namespace>,<name>`.
+// `<RFC3339 time>,<namespace>,<name>`. The time keeps its fraction of a
+// second (HAMi parses RFC3339, which allows one), so that two holds of one
+// pod have different values.
 func NodeLockValue(now time.Time, namespace, name string) string {
-	return now.Format(time.RFC3339) + lockSep + namespace + lockSep + name
+	return now.Format(time.RFC3339Nano) + lockSep + namespace + lockSep + name
 }
 
 // ParseNodeLock reads a lock. A value without a comma is the legacy form, a
@@ -68,12 +70,26 @@ func LockNode(ctx context.Context, client kubernetes.Interface, node, namespace,
 			if err != nil {
 				return "", fmt.Errorf("node %s: unreadable %s %q: %w", node, AnnotationNodeLock, v, err)
 			}
-			stale := now.Sub(at) > expiry
 			if ns == namespace && nm == name {
-				// The pod's earlier attempt: taken again with a new
-				// value, so that its cleanup leaves this one alone.
-				stale = true
+				// The pod's earlier attempt: taken over in one write,
+				// with a new value, so that its cleanup leaves this
+				// hold alone.
+				value := NodeLockValue(now, namespace, name)
+				if value == v {
+					value = NodeLockValue(now.Add(time.Nanosecond), namespace, name)
+				}
+				if onWrite != nil {
+					onWrite(value)
+				}
+				if err := patchLock(ctx, client, node, n.ResourceVersion, &value); err != nil {
+					if apierrors.IsConflict(err) {
+						continue
+					}
+					return "", err
+				}
+				return value, nil
 			}
+			stale := now.Sub(at) > expiry
 			if !stale && nm != "" {
 				if g, err := gone(ctx, ns, nm); err == nil && g {
 					stale = true

@@ -142,11 +142,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 				return nil, err
 			}
 			resync := time.Duration(args.Requeue.ResyncPeriodSeconds) * time.Second
-			mon, err := overcommit.New(s, pods, nodes, h.EventRecorder(), s.Leading, pl.reqOpts, resync)
+			mon, err := overcommit.New(s, pods, nodes, h.EventRecorder(), s.Leading, pl.reqOpts, resync,
+				time.Duration(args.HAMi.NodeLockExpirySeconds)*time.Second)
 			if err != nil {
 				return nil, err
 			}
-			mon.SetHandshakeTimeout(time.Duration(args.HAMi.NodeLockExpirySeconds) * time.Second)
 			go mon.Run(ctx)
 		}
 		if r := args.Requeue; r.Enabled && h.ClientSet() != nil {
@@ -247,11 +247,20 @@ func (pl *GPUFit) trackPending(obj interface{}) {
 		tr.SetPending(p, "", time.Time{})
 		return
 	}
-	since := time.Now()
+	// From the decision (a time in the future, or before the pod existed,
+	// is not one), for as long as a bind under HAMi's lock may take.
+	now := time.Now()
+	since := now
 	if sec, err := strconv.ParseInt(p.Annotations[hami.AnnotationVGPUTime], 10, 64); err == nil && sec > 0 {
 		since = time.Unix(sec, 0)
+		if since.After(now) {
+			since = now
+		}
+		if c := p.CreationTimestamp.Time; !c.IsZero() && since.Before(c) {
+			since = c
+		}
 	}
-	tr.SetPending(p, node, since)
+	tr.SetPending(p, node, since.Add(time.Duration(pl.args.HAMi.NodeLockExpirySeconds)*time.Second))
 }
 
 // Shared exposes the profile's GPU state to the requeue reconciler.
@@ -448,11 +457,12 @@ func (pl *GPUFit) verifyRelease(pod *v1.Pod, node string, seq uint64, at time.Ti
 	logger := klog.FromContext(pl.ctx).WithValues("pod", klog.KObj(pod), "node", node)
 	tr := pl.shared.Tracker()
 	client := pl.handle.ClientSet()
-	released, pending := false, true
+	released, pending, boundHere := false, true, false
 	defer func() {
-		if released && lock != "" {
-			// The bind did not land: the node's device plugin will not
-			// serve this pod (before the pod may try again).
+		if lock != "" && !boundHere {
+			// The bind did not land here: the node's device plugin will
+			// not serve this pod for it (released before the pod may try
+			// again; a new attempt's lock has another value).
 			pl.unlockNode(pod, node, lock)
 		}
 		if pending && pl.ctx.Err() == nil {
@@ -465,7 +475,14 @@ func (pl *GPUFit) verifyRelease(pod *v1.Pod, node string, seq uint64, at time.Ti
 	backoff := 100 * time.Millisecond
 	for {
 		if _, r, ok := tr.Reserved(pod.UID); !ok || r.Seq != seq {
-			return // replaced, or retired
+			// Replaced, or retired (bound here, seen with its record).
+			if lock != "" && client != nil {
+				ctx, cancel := context.WithTimeout(pl.ctx, 10*time.Second)
+				p, err := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+				cancel()
+				boundHere = err != nil || (p.UID == pod.UID && p.Spec.NodeName == node)
+			}
+			return
 		}
 		var p *v1.Pod
 		var err error
@@ -485,7 +502,7 @@ func (pl *GPUFit) verifyRelease(pod *v1.Pod, node string, seq uint64, at time.Ti
 			// Bound here after all: the assignment came with the binding
 			// and retires the reservation once the scheduler sees it.
 			tr.SetUncertain(pod.UID, seq, false)
-			pending = false
+			pending, boundHere = false, true
 			logger.V(2).Info("a bind reported as failed had landed: the GPUs stay held")
 			return
 		case err == nil && p.Spec.NodeName != "":
@@ -629,9 +646,10 @@ func (pl *GPUFit) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	if rs.hami != nil {
 		// HAMi's scheduler labels the pod too (its monitor reads it).
 		meta["labels"] = map[string]string{hami.AnnotationVGPUNode: nodeName}
-	} else if _, stale := pod.Annotations[hami.AnnotationVGPUNode]; stale {
-		// An earlier attempt on a HAMi node left its record: HAMi would
-		// keep counting the pod there.
+	} else {
+		// An earlier attempt on a HAMi node may have left its record
+		// (the cached pod may not show it yet): HAMi would keep counting
+		// the pod there. Removing absent keys changes nothing.
 		for _, k := range []string{hami.AnnotationVGPUNode, hami.AnnotationVGPUTime, hami.AnnotationToAllocate, hami.AnnotationAllocated,
 			hami.AnnotationBindPhase, hami.AnnotationBindTime} {
 			ann[k] = nil
@@ -687,7 +705,11 @@ func (pl *GPUFit) lockNode(ctx context.Context, pod *v1.Pod, node string, rs *re
 		if err != nil {
 			return false, err
 		}
-		return p.DeletionTimestamp != nil || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed, nil
+		// Ended, bound to another node, or deleted before it was bound
+		// here. (A pod bound here and being deleted may still be in the
+		// middle of its admission: it keeps the lock.)
+		return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed ||
+			(p.Spec.NodeName != "" && p.Spec.NodeName != node) || (p.DeletionTimestamp != nil && p.Spec.NodeName == ""), nil
 	}
 	wrote := func(v string) { rs.lock.Store(&v) }
 	for {
@@ -805,8 +827,11 @@ func (pl *GPUFit) recheck(ctx context.Context, pod *v1.Pod, node string, rs *res
 			} else {
 				pods = append(pods, p)
 			}
-		case p.Spec.NodeName == "" && !tr.IsPending(p.UID) && p.Annotations[gpu.AnnotationAssignment] == "":
-			inFlight = append(inFlight, p)
+		case p.Spec.NodeName == "" && p.Annotations[gpu.AnnotationAssignment] == "":
+			// Unless the tracker counts this very record here already.
+			if q := tr.PendingOn(p.UID, node); q == nil || q.Annotations[hami.AnnotationAllocated] != p.Annotations[hami.AnnotationAllocated] {
+				inFlight = append(inFlight, p)
+			}
 		}
 	}
 	st := tr.Compute(n, pods, 0, 0, pod.UID, false)

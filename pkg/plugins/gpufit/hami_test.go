@@ -130,8 +130,8 @@ func TestHAMiBind(t *testing.T) {
 		t.Errorf("binding annotations %v", a)
 	}
 
-	// HAMi's scheduler gives GPU-a and GPU-b whole to a pod it has not
-	// bound yet; our informer has not seen it.
+	// HAMi's scheduler gives GPU-b whole to a pod it has not bound yet
+	// (GPU-a holds our share); our informer has not seen the pod.
 	taken := st.MakePod().Name("by-hami").Namespace("default").UID("by-hami").Label(hami.AnnotationVGPUNode, "hami").
 		Annotation(hami.AnnotationVGPUNode, "hami").Annotation(hami.AnnotationAllocated, "GPU-b,NVIDIA,20000,100:;").
 		Req(map[v1.ResourceName]string{gpuRes: "1"}).Obj()
@@ -189,5 +189,32 @@ func TestHAMiPreBindMode(t *testing.T) {
 	}
 	if s := e.pl.Bind(tCtx, cs, pod, "hami"); !s.IsSkip() {
 		t.Errorf("Bind: %v, want Skip (the default binder binds)", s)
+	}
+}
+
+// A bind waiting for a node's lock is woken by a change of that node's lock,
+// not of another's, and a wake-up is never lost between the attempt and
+// the wait.
+func TestLockWait(t *testing.T) {
+	a, b := lockWait("node-a"), lockWait("node-b")
+	lockChanged("node-b")
+	select {
+	case <-a:
+		t.Fatal("woken by another node's lock")
+	case <-b:
+	}
+	lockChanged("node-a")
+	select {
+	case <-a:
+	case <-time.After(time.Second):
+		t.Fatal("not woken")
+	}
+	// Taken before the attempt: a change in between still wakes it.
+	c := lockWait("node-a")
+	lockChanged("node-a")
+	select {
+	case <-c:
+	default:
+		t.Fatal("a change after the attempt was lost")
 	}
 }
