@@ -259,26 +259,7 @@ func TestRestartSafety(t *testing.T) {
 		names = append(names, spec.Name)
 		pods = append(pods, s.Pod(spec))
 	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for _, p := range pods {
-			s.Create(p)
-			time.Sleep(10 * time.Millisecond)
-		}
-	}()
-	// Wait until the burst is under way and some pods are bound.
-	wait.PollUntilContextTimeout(s.Ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return countBound(ctx, s) >= 40, nil
-	})
-	before := countBound(s.Ctx, s)
-	if err := scheds.KillLeader(s.Ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("killed the leader with %d pods bound", before)
-	wg.Wait()
-	settle(t, s, names, 3*time.Minute)
+	burstAndKill(t, s, pods, names, 10*time.Millisecond, 40)
 	use := checkDevices(t)
 	bound := countBound(s.Ctx, s)
 	var booked int32
@@ -305,6 +286,33 @@ func countBound(ctx context.Context, s *harness.Scope) int {
 		}
 	}
 	return n
+}
+
+// burstAndKill creates the pods one every interval, kills the leader once
+// at least killAt are bound, and waits until every pod is bound or
+// explained.
+func burstAndKill(t *testing.T, s *harness.Scope, pods []*v1.Pod, names []string, interval time.Duration, killAt int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for _, p := range pods {
+			s.Create(p)
+			time.Sleep(interval)
+		}
+	}()
+	// Wait until the burst is under way and some pods are bound.
+	wait.PollUntilContextTimeout(s.Ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return countBound(ctx, s) >= killAt, nil
+	})
+	before := countBound(s.Ctx, s)
+	if err := scheds.KillLeader(s.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed the leader with %d pods bound", before)
+	wg.Wait()
+	settle(t, s, names, 3*time.Minute)
 }
 
 // settle waits until every pod is bound or carries an unschedulable reason.

@@ -6,7 +6,6 @@ import (
 	"math/rand"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -59,23 +58,7 @@ func TestHAMiNodes(t *testing.T) {
 		names = append(names, name)
 		pods = append(pods, p)
 	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for _, p := range pods {
-			s.Create(p)
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
-	wait.PollUntilContextTimeout(s.Ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return countBound(ctx, s) >= 15, nil
-	})
-	if err := scheds.KillLeader(s.Ctx); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	settle(t, s, names, 3*time.Minute)
+	burstAndKill(t, s, pods, names, 20*time.Millisecond, 15)
 
 	type use struct {
 		mem, cores int

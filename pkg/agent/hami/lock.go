@@ -65,48 +65,33 @@ func LockNode(ctx context.Context, client kubernetes.Interface, node, namespace,
 			return "", err
 		}
 		v, held := n.Annotations[AnnotationNodeLock]
+		// The pod's earlier attempt is taken over in one write; another
+		// pod's lock only once it is stale, by removing it first.
 		if held {
 			at, ns, nm, err := ParseNodeLock(v)
 			if err != nil {
 				return "", fmt.Errorf("node %s: unreadable %s %q: %w", node, AnnotationNodeLock, v, err)
 			}
-			if ns == namespace && nm == name {
-				// The pod's earlier attempt: taken over in one write,
-				// with a new value, so that its cleanup leaves this
-				// hold alone.
-				value := NodeLockValue(now, namespace, name)
-				if value == v {
-					value = NodeLockValue(now.Add(time.Nanosecond), namespace, name)
-				}
-				if onWrite != nil {
-					onWrite(value)
-				}
-				if err := patchLock(ctx, client, node, n.ResourceVersion, &value); err != nil {
-					if apierrors.IsConflict(err) {
-						continue
+			if ns != namespace || nm != name {
+				stale := now.Sub(at) > expiry
+				if !stale && nm != "" {
+					if g, err := gone(ctx, ns, nm); err == nil && g {
+						stale = true
 					}
+				}
+				if !stale {
+					return "", &ErrLocked{Node: node, Holder: ns + "/" + nm, Since: at}
+				}
+				if err := patchLock(ctx, client, node, n.ResourceVersion, nil); err != nil && !apierrors.IsConflict(err) {
 					return "", err
 				}
-				return value, nil
+				continue
 			}
-			stale := now.Sub(at) > expiry
-			if !stale && nm != "" {
-				if g, err := gone(ctx, ns, nm); err == nil && g {
-					stale = true
-				}
-			}
-			if !stale {
-				return "", &ErrLocked{Node: node, Holder: ns + "/" + nm, Since: at}
-			}
-			if err := patchLock(ctx, client, node, n.ResourceVersion, nil); err != nil {
-				if apierrors.IsConflict(err) {
-					continue
-				}
-				return "", err
-			}
-			continue
 		}
 		value := NodeLockValue(now, namespace, name)
+		if value == v {
+			value = NodeLockValue(now.Add(time.Nanosecond), namespace, name)
+		}
 		if onWrite != nil {
 			onWrite(value)
 		}
