@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -66,11 +67,13 @@ func main() {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile")
 	memProfile := flag.String("memprofile", "", "write a heap profile at the end")
 	zoom := flag.Int("zoom", 80, "plot arrivals from this percent (0: all)")
+	tieOrder := flag.String("tie-order", simulator.TieHash, "last tie-break: hash (the shipped stable node order) or reference (the published simulator's: smallest renamed node first)")
+	placements := flag.Bool("placements", false, "write each run's placements to --out/placements/<workload>-<policy>-seed<N>.csv (pod,node,devices,milli_per_device,cpu_milli,memory_mib,gpu_spec,arrival_index)")
 	flag.Usage = usage
 	klog.InitFlags(nil)
 	flag.Set("v", "0")
 	flag.Parse()
-	if err := run(*traceDir, *workloads, *policies, *seeds, *tune, *out, *parallel, *asJSON, *resume, *limit, *cpuProfile, *memProfile, *zoom); err != nil {
+	if err := run(*traceDir, *workloads, *policies, *seeds, *tune, *out, *parallel, *asJSON, *resume, *limit, *cpuProfile, *memProfile, *zoom, *placements, *tieOrder); err != nil {
 		fmt.Fprintln(os.Stderr, "gpu-sim:", err)
 		os.Exit(1)
 	}
@@ -107,7 +110,10 @@ type job struct {
 }
 
 func run(traceDir, workloadList, policyList, seedList string, tune float64, out string, parallel int, asJSON, resume bool,
-	limit int, cpuProfile, memProfile string, zoom int) error {
+	limit int, cpuProfile, memProfile string, zoom int, placements bool, tieOrder string) error {
+	if tieOrder != simulator.TieHash && tieOrder != simulator.TieReference {
+		return fmt.Errorf("--tie-order %q: want %s or %s", tieOrder, simulator.TieHash, simulator.TieReference)
+	}
 	if traceDir == "" {
 		return fmt.Errorf("no trace directory: %s does not exist here; pass --trace-dir with the openb trace (openb_node_list_gpu_node.csv, openb_pod_list_*.csv)", simulator.DefaultTraceDir)
 	}
@@ -144,6 +150,11 @@ func run(traceDir, workloadList, policyList, seedList string, tune float64, out 
 	}
 	if err := os.MkdirAll(filepath.Join(out, "runs"), 0o755); err != nil {
 		return err
+	}
+	if placements {
+		if err := os.MkdirAll(filepath.Join(out, "placements"), 0o755); err != nil {
+			return err
+		}
 	}
 	if cpuProfile != "" {
 		f, err := os.Create(cpuProfile)
@@ -192,12 +203,20 @@ func run(traceDir, workloadList, policyList, seedList string, tune float64, out 
 		go func() {
 			defer wg.Done()
 			for j := range todo {
-				path := simulator.RunFile(out, j.workload, j.policy, j.seed, tune)
+				path := simulator.RunFile(out, j.workload, j.policy, j.seed, tune, tieOrder)
+				plPath := filepath.Join(out, "placements", fmt.Sprintf("%s-%s-seed%d.csv", j.workload, j.policy, j.seed))
 				r, err := load(path)
 				cached := err == nil && resume && limit == 0
+				if _, perr := os.Stat(plPath); placements && perr != nil {
+					cached = false
+				}
 				if !cached {
 					r, err = simulator.Run(ctx, simulator.Experiment{Trace: traces[j.workload], Policy: j.policy, Seed: j.seed,
-						Tune: tune, Parallelism: inner, Limit: limit})
+						Tune: tune, Parallelism: inner, Limit: limit, KeepPlacements: placements, TieOrder: tieOrder})
+					if err == nil && placements {
+						err = writePlacements(plPath, r.Placements)
+						r.Placements = nil
+					}
 					if err == nil && limit == 0 {
 						err = save(path, r)
 					}
@@ -295,4 +314,23 @@ func save(path string, r *simulator.Result) error {
 		return err
 	}
 	return os.WriteFile(path, b, 0o644)
+}
+
+// writePlacements writes a run's placement log.
+func writePlacements(path string, ps []simulator.Placement) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	w.Write(simulator.PlacementHeader)
+	for i := range ps {
+		w.Write(ps[i].Record())
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

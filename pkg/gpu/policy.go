@@ -59,6 +59,32 @@ type Scoring struct {
 	// MemoryAware counts a typical pod as fitting only if its memory fits
 	// too (FGD looks at CPU and GPUs only).
 	MemoryAware bool
+	// ReferenceOrder replaces the node order by the published simulator's:
+	// the node whose name starts with the smallest number wins (its nodes
+	// are renamed %04d-<name> per seed). For reproducing its results only.
+	ReferenceOrder bool
+}
+
+// prio is the node's rank in the last tie-break.
+func (sc Scoring) prio(s *NodeState) uint16 {
+	if sc.ReferenceOrder {
+		return referencePrio(s.Name)
+	}
+	return s.Prio
+}
+
+// referencePrio ranks names by their leading number, smallest first; a
+// name without one ranks last.
+func referencePrio(name string) uint16 {
+	n, digits := 0, 0
+	for digits < len(name) && digits < 4 && name[digits] >= '0' && name[digits] <= '9' {
+		n = n*10 + int(name[digits]-'0')
+		digits++
+	}
+	if digits == 0 {
+		return 0
+	}
+	return uint16(math.MaxUint16 - n)
 }
 
 // DefaultScoring is Fragmentation with the measured defaults.
@@ -101,11 +127,11 @@ func (sc Scoring) Evaluate(s *NodeState, r *Request, wl *Workload) (Choice, int6
 		case Fragmentation:
 			return c, sc.fragScore(s, wl, c, r), true
 		case Packing:
-			return c, sc.key(packingTier(s, devices, milli, c), after, s.Prio), true
+			return c, sc.key(packingTier(s, devices, milli, c), after, sc.prio(s)), true
 		case Spread:
-			return c, sc.key(spreadFrac(s, after), -after, s.Prio), true
+			return c, sc.key(spreadFrac(s, after), -after, sc.prio(s)), true
 		default:
-			return c, sc.key(bestFit(s, r.CPU, after), after, s.Prio), true
+			return c, sc.key(bestFit(s, r.CPU, after), after, sc.prio(s)), true
 		}
 	}
 	// A share of one device: which device matters.
@@ -114,13 +140,13 @@ func (sc Scoring) Evaluate(s *NodeState, r *Request, wl *Workload) (Choice, int6
 		return sc.bestFragDevice(s, wl, milli, &sh, mask, r)
 	case Spread:
 		c := Choice{Mask: 1 << uint(mostFree(s, mask)), Milli: milli, Share: sh}
-		return c, sc.key(spreadFrac(s, after), -after, s.Prio), true
+		return c, sc.key(spreadFrac(s, after), -after, sc.prio(s)), true
 	case Packing:
 		c := Choice{Mask: 1 << uint(tightest(s, mask)), Milli: milli, Share: sh}
-		return c, sc.key(packingTier(s, 1, milli, c), after, s.Prio), true
+		return c, sc.key(packingTier(s, 1, milli, c), after, sc.prio(s)), true
 	default:
 		c := Choice{Mask: 1 << uint(tightest(s, mask)), Milli: milli, Share: sh}
-		return c, sc.key(bestFit(s, r.CPU, after), after, s.Prio), true
+		return c, sc.key(bestFit(s, r.CPU, after), after, sc.prio(s)), true
 	}
 }
 
@@ -246,7 +272,7 @@ func (sc Scoring) fragScore(s *NodeState, wl *Workload, c Choice, r *Request) in
 		}
 	}
 	f := wl.frag(&after, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), &fc.match)
-	return sc.key(sc.fragPrimary(f-fc.base), s.Idle()-int64(c.Milli)*int64(popcount(c.Mask)), s.Prio)
+	return sc.key(sc.fragPrimary(f-fc.base), s.Idle()-int64(c.Milli)*int64(popcount(c.Mask)), sc.prio(s))
 }
 
 // bestFragDevice tries the devices a share fits on. Bucketed, the first
@@ -296,7 +322,7 @@ func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, sh *De
 	if best < 0 {
 		return Choice{}, 0, false
 	}
-	return Choice{Mask: 1 << uint(best), Milli: milli, Share: *sh}, sc.key(sc.fragPrimary(bestF-fc.base), s.Idle()-int64(milli), s.Prio), true
+	return Choice{Mask: 1 << uint(best), Milli: milli, Share: *sh}, sc.key(sc.fragPrimary(bestF-fc.base), s.Idle()-int64(milli), sc.prio(s)), true
 }
 
 // cpuOnlyScore keeps CPU-only pods off GPU nodes: the idle GPU a node has is
@@ -308,7 +334,7 @@ func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, sh *De
 // instead cost 4.5 and 9.4 points of allocation on the openb default and
 // cpu250 replays).
 func (sc Scoring) cpuOnlyScore(p Policy, s *NodeState, r *Request, wl *Workload) int64 {
-	if score, ok := sc.cpuOnlyQuick(p, s.Count > 0 || s.TooMany(), s.Prio, s.CPUFree, s.MemFree, r, wl); ok {
+	if score, ok := sc.cpuOnlyQuick(p, s.Count > 0 || s.TooMany(), sc.prio(s), s.CPUFree, s.MemFree, r, wl); ok {
 		return score
 	}
 	idle := s.Idle()
@@ -322,9 +348,9 @@ func (sc Scoring) cpuOnlyScore(p Policy, s *NodeState, r *Request, wl *Workload)
 		k := sc
 		k.LeastIdle = sc.LeastIdle || sc.CPUOnlyLeastIdle
 		// Any GPU node ranks below every node without GPUs.
-		return k.key(primary-cpuNodeTop, idle, s.Prio)
+		return k.key(primary-cpuNodeTop, idle, sc.prio(s))
 	}
-	return sc.key(-idle, idle, s.Prio)
+	return sc.key(-idle, idle, sc.prio(s))
 }
 
 // CPUOnlyQuick scores a CPU-only pod from the node's own accounting
@@ -343,7 +369,11 @@ func (sc Scoring) CPUOnlyQuick(hasGPU bool, node string, cpuFree, memFree int64,
 	if hasGPU && sc.needsIdle(p) { // before hashing the name
 		return 0, false
 	}
-	return sc.cpuOnlyQuick(p, hasGPU, nodePrio(node), cpuFree, memFree, r, wl)
+	prio := nodePrio(node)
+	if sc.ReferenceOrder {
+		prio = referencePrio(node)
+	}
+	return sc.cpuOnlyQuick(p, hasGPU, prio, cpuFree, memFree, r, wl)
 }
 
 // cpuOnlyQuick is the part of cpuOnlyScore that needs no device state: a

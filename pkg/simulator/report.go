@@ -236,6 +236,10 @@ func WriteMarkdown(path string, sums []Summary) error {
 }
 
 // RunFile is where one run's result is kept, so that a grid can resume.
-func RunFile(out, workload string, p Policy, seed int64, tune float64) string {
-	return filepath.Join(out, "runs", fmt.Sprintf("%s_%s_%d_%s.json", workload, p, seed, strconv.FormatFloat(tune, 'f', -1, 64)))
+func RunFile(out, workload string, p Policy, seed int64, tune float64, tieOrder string) string {
+	suffix := ""
+	if tieOrder != "" && tieOrder != TieHash {
+		suffix = "_" + tieOrder
+	}
+	return filepath.Join(out, "runs", fmt.Sprintf("%s_%s_%d_%s%s.json", workload, p, seed, strconv.FormatFloat(tune, 'f', -1, 64), suffix))
 }

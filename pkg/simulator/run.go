@@ -50,10 +50,13 @@ const (
 	FGDNoPrio   Policy = "fgd-noprio"
 	FGDExact    Policy = "fgd-exact"
 	FGDCPUOrder Policy = "fgd-cpuorder"
+	// FGDPure is the paper's FGD and nothing more: no memory in the fit,
+	// CPU-only pods by the node order alone (no least-idle rule).
+	FGDPure Policy = "fgd-pure"
 )
 
 // Policies lists every policy, in report order; the ablations come last.
-var Policies = []Policy{Learned, FGD, BestFit, Packing, Spread, Vanilla, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder}
+var Policies = []Policy{Learned, FGD, BestFit, Packing, Spread, Vanilla, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder}
 
 // Compared is the default set: the six the benchmark compares.
 var Compared = Policies[:6]
@@ -66,7 +69,8 @@ var PolicyHelp = map[Policy]string{
 	Packing:     "GPUScore Packing",
 	Spread:      "GPUScore Spread",
 	Vanilla:     "kube-scheduler v1.37.2 default profile; shared pods take whole GPUs",
-	FGDPaper:    "ablation: fgd without memory in the fit (FGD as published)",
+	FGDPure:     "the paper's FGD: fgd without memory in the fit and without the least-idle rule for CPU-only pods",
+	FGDPaper:    "ablation: fgd without memory in the fit",
 	FGDNoPrio:   "ablation: fgd without the stable node-order tie-break",
 	FGDExact:    "ablation: fgd ranked by the exact growth, least-idle tie-break, no node order",
 	FGDCPUOrder: "ablation: fgd with CPU-only pods on GPU nodes by the node order alone (no least-idle first)",
@@ -94,7 +98,19 @@ type Experiment struct {
 	Progress func(done, total int)
 	// Limit stops after so many pods (profiling); 0 replays all.
 	Limit int
+	// KeepPlacements keeps every bound pod's placement in the result (the
+	// placement log).
+	KeepPlacements bool
+	// TieOrder is how the last ties are broken: TieHash (the shipped
+	// stable order) or TieReference (the published simulator's).
+	TieOrder string
 }
+
+// Tie orders.
+const (
+	TieHash      = "hash"
+	TieReference = "reference"
+)
 
 // Result is what one replay measured.
 type Result struct {
@@ -114,13 +130,15 @@ type Result struct {
 	// FailReasons counts, per Filter reason, the nodes that refused the
 	// failed pods (summed over failed pods).
 	FailReasons map[string]int `json:",omitempty"`
+	// Placements are where the bound pods went (with KeepPlacements).
+	Placements []Placement `json:"-"`
 }
 
 // Profile builds the scheduler profile a policy runs: the shipped
 // configuration (with GPUScore's args set for the policy), or the vanilla
 // default. Every node is evaluated (percentageOfNodesToScore 100), as in the
 // published method.
-func Profile(p Policy, t *Trace) (*schedconfig.KubeSchedulerProfile, error) {
+func Profile(p Policy, t *Trace, tieOrder string) (*schedconfig.KubeSchedulerProfile, error) {
 	data := manifests.SchedulerConfig
 	name := gpu.SchedulerName
 	if p == Vanilla {
@@ -147,15 +165,21 @@ func Profile(p Policy, t *Trace) (*schedconfig.KubeSchedulerProfile, error) {
 			a.AccountingOnlySharing = true
 		}
 	}
+	if args != nil && tieOrder == TieReference {
+		args.Scoring.ReferenceNodeOrder = true
+	}
 	switch p {
 	case Learned, Vanilla:
-	case FGD, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder:
+	case FGD, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder:
 		args.Policy = string(gpu.Fragmentation)
 		args.TargetWorkload.Mode = config.WorkloadStatic
 		args.TargetWorkload.Tasks = TraceTasks(t, float64(args.TargetWorkload.CoveragePercent)/100)
 		switch p {
 		case FGDPaper:
 			args.Scoring.MemoryAware = false
+		case FGDPure:
+			args.Scoring.MemoryAware = false
+			args.Scoring.CPUOnlyLeastIdleTieBreak = false
 		case FGDNoPrio:
 			args.Scoring.NodePriorityTieBreak = false
 		case FGDCPUOrder:
@@ -209,7 +233,7 @@ func Run(ctx context.Context, e Experiment) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	prof, err := Profile(e.Policy, e.Trace)
+	prof, err := Profile(e.Policy, e.Trace, e.TieOrder)
 	if err != nil {
 		return nil, err
 	}
@@ -234,6 +258,7 @@ func Run(ctx context.Context, e Experiment) (*Result, error) {
 	res.Events = make([]Event, 0, len(arrival.Pods))
 	pods := client.CoreV1().Pods(Namespace)
 	var arrived, allocated int64
+	check := NewChecker(arrival.Nodes, e.Policy == Vanilla)
 	for i, row := range arrival.Pods {
 		if e.Limit > 0 && i >= e.Limit {
 			break
@@ -257,14 +282,20 @@ func Run(ctx context.Context, e Experiment) (*Result, error) {
 		arrived += row.GPURequest()
 		bound := false
 		if sched.Node != "" {
-			_, err := offline.Commit(ctx, fw, cluster, pod, sched, func(p *v1.Pod) *v1.Pod {
+			committed, err := offline.Commit(ctx, fw, cluster, pod, sched, func(p *v1.Pod) *v1.Pod {
 				got, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
 				if err != nil {
 					return p
 				}
 				return got
 			})
-			bound = err == nil
+			if bound = err == nil; bound {
+				pl := placementOf(row, sched.Node, committed.Annotations, i)
+				check.Add(row, pl)
+				if e.KeepPlacements {
+					res.Placements = append(res.Placements, pl)
+				}
+			}
 		} else if _, isFit := sched.Err.(*framework.FitError); sched.Err != nil && !isFit {
 			return nil, fmt.Errorf("pod %s: %w", pod.Name, sched.Err)
 		}
@@ -290,6 +321,9 @@ func Run(ctx context.Context, e Experiment) (*Result, error) {
 		}
 	}
 	res.FinalAllocated = allocated
+	if err := check.Finish(allocated); err != nil {
+		return nil, fmt.Errorf("%s %s seed %d: %w", e.Trace.Workload, e.Policy, e.Seed, err)
+	}
 	res.Curve = Discretize(res.Events, res.Capacity)
 	res.Wall = time.Since(start)
 	runtime.GC()

@@ -95,6 +95,11 @@ type ScoringOptions struct {
 	CPUOnlyLeastIdleTieBreak bool
 	// MemoryAware counts memory in the fit of typical pods.
 	MemoryAware bool
+	// ReferenceNodeOrder breaks the last ties as the published simulator
+	// does (its renamed nodes, smallest number first). Internal only: the
+	// simulator sets it to reproduce published results; no versioned
+	// field.
+	ReferenceNodeOrder bool
 }
 
 // Resolution values.

@@ -58,6 +58,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		NodePriority:     args.Scoring.NodePriorityTieBreak,
 		MemoryAware:      args.Scoring.MemoryAware,
 		CPUOnlyLeastIdle: args.Scoring.CPUOnlyLeastIdleTieBreak,
+		ReferenceOrder:   args.Scoring.ReferenceNodeOrder,
 	}
 	s := shared.For(h)
 	context.AfterFunc(ctx, func() { shared.Forget(h) })
