@@ -106,7 +106,7 @@ bench-requeue: binaries
 
 # The openb replay grid: 17 workloads x 10 seeds x the six policies, next
 # to the published FGD results. Runs already done in OUT/runs are reused.
-OPENB_TRACE ?= ../shared/traces/openb
+OPENB_TRACE ?= data/openb
 OPENB_OUT ?= out/openb
 OPENB_POLICIES ?= learned,fgd,bestfit,packing,spread,vanilla
 PARALLEL ?= 2

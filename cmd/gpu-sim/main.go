@@ -117,9 +117,11 @@ func run(traceDir, workloadList, policyList, seedList string, tune float64, out 
 	if traceDir == "" {
 		return fmt.Errorf("no trace directory: %s does not exist here; pass --trace-dir with the openb trace (openb_node_list_gpu_node.csv, openb_pod_list_*.csv)", simulator.DefaultTraceDir)
 	}
-	if _, err := os.Stat(filepath.Join(traceDir, simulator.NodeFile)); err != nil {
-		return fmt.Errorf("trace directory %s has no %s", traceDir, simulator.NodeFile)
+	nf, err := simulator.Open(filepath.Join(traceDir, simulator.NodeFile))
+	if err != nil {
+		return fmt.Errorf("trace directory %s has no %s (or .gz)", traceDir, simulator.NodeFile)
 	}
+	nf.Close()
 	var workloads []string
 	switch workloadList {
 	case "grid":

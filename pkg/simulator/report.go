@@ -27,7 +27,7 @@ var PublishedPolicies = map[string]string{
 
 // LoadPublished reads the published results.
 func LoadPublished(path string) (Published, error) {
-	f, err := os.Open(path)
+	f, err := Open(path)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -205,5 +206,32 @@ func TestReplayDeterministic(t *testing.T) {
 		if math.IsNaN(r1.Curve[100]) || r1.Curve[100] > 100 {
 			t.Errorf("%s: @100 = %v", p, r1.Curve[100])
 		}
+	}
+}
+
+// The trace ships with the repository, compressed, and loads as the
+// published experiments use it: 1213 GPU nodes with 6212 GPUs, the 17
+// workloads of the grid, and the published curves.
+func TestShippedTrace(t *testing.T) {
+	dir := filepath.Join("..", "..", DefaultTraceDir)
+	tr, err := Load(dir, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Nodes) != 1213 || tr.Capacity() != 6212000 || len(tr.Pods) != 8152 {
+		t.Errorf("default: %d nodes, %d milli-GPU, %d pods", len(tr.Nodes), tr.Capacity(), len(tr.Pods))
+	}
+	ws, err := Workloads(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range PaperGrid {
+		if !slices.Contains(ws, w) {
+			t.Errorf("workload %s is missing", w)
+		}
+	}
+	pub, err := LoadPublished(filepath.Join(dir, PublishedFile))
+	if err != nil || len(pub["default"]["FGD"]) == 0 {
+		t.Errorf("published results: %v", err)
 	}
 }

@@ -5,6 +5,7 @@
 package simulator
 
 import (
+	"compress/gzip"
 	"encoding/csv"
 	"fmt"
 	"io"
@@ -56,8 +57,38 @@ func (t *Trace) Capacity() int64 {
 	return c
 }
 
-// DefaultTraceDir is where the openb trace is shared with this repository.
-const DefaultTraceDir = "../shared/traces/openb"
+// DefaultTraceDir is where the repository keeps the openb trace
+// (compressed), relative to its root.
+const DefaultTraceDir = "data/openb"
+
+// Open opens a trace file, or its gzip-compressed copy (path + ".gz") when
+// the file itself is not there.
+func Open(path string) (io.ReadCloser, error) {
+	f, err := os.Open(path)
+	if err == nil {
+		return f, nil
+	}
+	gz, gerr := os.Open(path + ".gz")
+	if gerr != nil {
+		return nil, err
+	}
+	zr, zerr := gzip.NewReader(gz)
+	if zerr != nil {
+		gz.Close()
+		return nil, fmt.Errorf("%s.gz: %w", path, zerr)
+	}
+	return &gzipFile{Reader: zr, f: gz}, nil
+}
+
+type gzipFile struct {
+	*gzip.Reader
+	f *os.File
+}
+
+func (g *gzipFile) Close() error {
+	g.Reader.Close()
+	return g.f.Close()
+}
 
 // NodeFile is the node list the published experiments use (GPU nodes only).
 const NodeFile = "openb_node_list_gpu_node.csv"
@@ -67,13 +98,20 @@ func PodFile(workload string) string { return "openb_pod_list_" + workload + ".c
 
 // Workloads lists the workloads of a trace directory.
 func Workloads(dir string) ([]string, error) {
-	matches, err := filepath.Glob(filepath.Join(dir, "openb_pod_list_*.csv"))
-	if err != nil {
-		return nil, err
-	}
 	var out []string
-	for _, m := range matches {
-		out = append(out, strings.TrimSuffix(strings.TrimPrefix(filepath.Base(m), "openb_pod_list_"), ".csv"))
+	seen := map[string]bool{}
+	for _, pattern := range []string{"openb_pod_list_*.csv", "openb_pod_list_*.csv.gz"} {
+		matches, err := filepath.Glob(filepath.Join(dir, pattern))
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range matches {
+			w := strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(m), "openb_pod_list_"), ".gz"), ".csv")
+			if !seen[w] {
+				seen[w] = true
+				out = append(out, w)
+			}
+		}
 	}
 	sort.Strings(out)
 	return out, nil
@@ -107,7 +145,7 @@ type table struct {
 }
 
 func readCSV(path string) (*table, error) {
-	f, err := os.Open(path)
+	f, err := Open(path)
 	if err != nil {
 		return nil, err
 	}
