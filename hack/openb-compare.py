@@ -6,16 +6,24 @@ usage: hack/openb-compare.py [--wide] [--policies=P,...] [OUT] [TRACE_DIR]
   --wide: one row per workload, the policies side by side (Δ to 3 decimals)
   --policies: only these policies
 """
-import collections, csv, glob, json, os, statistics, sys
+import collections, csv, glob, gzip, json, os, statistics, sys
 
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 wide = "--wide" in sys.argv[1:]
 only = next((a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--policies=")), None)
 out = args[0] if len(args) > 0 else "out/openb"
-trace = args[1] if len(args) > 1 else "../shared/traces/openb"
+trace = args[1] if len(args) > 1 else "data/openb"
+
+
+def open_trace(path):
+    """The file, or its gzip-compressed copy (as gpu-sim reads them)."""
+    if os.path.exists(path):
+        return open(path)
+    return gzip.open(path + ".gz", "rt")
+
 
 pub = collections.defaultdict(dict)  # workload -> seed -> value at 130
-for r in csv.DictReader(open(os.path.join(trace, "fgd_expected_alloc.csv"))):
+for r in csv.DictReader(open_trace(os.path.join(trace, "fgd_expected_alloc.csv"))):
     if r["sc_policy"].endswith("FGD") and r["130"]:
         pub[r["workload"].removeprefix("openb_pod_list_")][int(r["seed"])] = float(r["130"])
 

@@ -1,0 +1,36 @@
+#!/usr/bin/env python3
+"""Paired comparison of two gpu-sim policies on the same seeds (OUT/runs/*.json):
+per workload, the mean of (A - B) at 130% arrival over the seeds both ran,
+with a 95% confidence interval (Student's t), and the mean over workloads.
+
+usage: hack/openb-paired.py A B [OUT]    e.g. hack/openb-paired.py learned fgd-pure out/openb-pure
+"""
+import collections, glob, json, os, statistics, sys
+
+# Two-sided 95% quantiles of Student's t, by degrees of freedom.
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+       11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120}
+
+a, b = sys.argv[1], sys.argv[2]
+out = sys.argv[3] if len(sys.argv) > 3 else "out/openb"
+runs = collections.defaultdict(dict)  # (workload, policy) -> seed -> value at 130
+for f in glob.glob(os.path.join(out, "runs", "*.json")):
+    d = json.load(open(f))
+    runs[(d["Workload"], d["Policy"])][d["Seed"]] = d["Curve"][130]
+
+print(f"| workload | seeds | {a} | {b} | {a} − {b} | 95% CI |")
+print("|---|---|---|---|---|---|")
+means = []
+for w in sorted({w for w, _ in runs}):
+    ra, rb = runs.get((w, a), {}), runs.get((w, b), {})
+    seeds = sorted(set(ra) & set(rb))
+    if not seeds:
+        continue
+    d = [ra[s] - rb[s] for s in seeds]
+    m = statistics.mean(d)
+    half = T95.get(len(d) - 1, 1.96) * statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else float("nan")
+    means.append(m)
+    print(f"| {w} | {len(seeds)} | {statistics.mean(ra[s] for s in seeds):.2f} | {statistics.mean(rb[s] for s in seeds):.2f} | "
+          f"{m:+.3f} | [{m - half:+.3f}, {m + half:+.3f}] |")
+if means:
+    print(f"| **mean over {len(means)}** | | | | **{statistics.mean(means):+.3f}** | |")
