@@ -289,3 +289,19 @@ func (s *NodeState) Admits(c Choice) bool {
 	}
 	return c.Mask != 0 && !s.Overcommitted
 }
+
+// Usable is how many devices can take pods: all of them on a node of
+// allocatable and labels (the unhealthy are not counted there); the healthy,
+// uncordoned ones on an agent's node, which reports every device.
+func (s *NodeState) Usable() int32 {
+	if s.agent == nil {
+		return s.Count
+	}
+	var n int32
+	for i := 0; i < int(s.Count); i++ {
+		if d := &s.agent.devs[i]; d.Healthy && !d.Cordoned {
+			n++
+		}
+	}
+	return n
+}

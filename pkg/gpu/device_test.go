@@ -236,6 +236,7 @@ func TestAgentHolds(t *testing.T) {
 		{"unknown device", agentPod("p", 0, map[string]string{AnnotationMilli: "500", keyUses: "Z:40000:50:1", keyUsesOn: "n"}), [2]int32{1000, 500}},
 		{"whole GPU without a record", agentPod("p", 0, nil), [2]int32{1000, 0}},
 		{"whole GPU with its record", agentPod("p", 0, map[string]string{keyUses: "A:80000:100:1", keyUsesOn: "n"}), [2]int32{0, 1000}},
+		{"a record naming fewer devices than asked: the request, all of it", agentPod("p", 2, map[string]string{keyUses: "A:80000:100:1", keyUsesOn: "n"}), [2]int32{0, 0}},
 		{"cpu pod with a record", func() *v1.Pod {
 			p := agentPod("p", 0, map[string]string{keyUses: "A:80000:100:1", keyUsesOn: "n"})
 			p.Spec.Containers[0].Resources = v1.ResourceRequirements{}
@@ -315,5 +316,18 @@ func TestAgentPending(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if st := tr.Lookup("n", 1); st != nil {
 		t.Errorf("a state with an expired in-flight pod is still served: %v", st.Free[:2])
+	}
+}
+
+// An agent reports every device; the ones that can take pods are the
+// healthy, uncordoned ones: an idle node of them is allocated nothing.
+func TestAgentUsable(t *testing.T) {
+	st := NewTracker(agentOpts).Compute(agentNode("n", "A:80000:100:4,B:80000:100:4,C:80000:100:4:sick,D:80000:100:4:cordoned"), nil, 1<<20, 1<<20, "", false)
+	if st.Count != 4 || st.Usable() != 2 || st.Idle() != 2000 {
+		t.Errorf("count %d, usable %d, idle %d", st.Count, st.Usable(), st.Idle())
+	}
+	plain := NewTracker(DefaultNodeOptions).Compute(node("m", 3, 4, nil), nil, 0, 0, "", false)
+	if plain.Usable() != 3 {
+		t.Errorf("plain: usable %d", plain.Usable())
 	}
 }

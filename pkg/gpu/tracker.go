@@ -365,7 +365,9 @@ func holdsOnAgent(pod *v1.Pod, node string, inv *Inventory, opts RequestOptions,
 		h.milli = sh.milliOn(&inv.Devices[0])
 	}
 	uses, has := opts.Agent.Uses(pod, node)
-	if !has || !usesKnown(uses, inv) {
+	if !has || !usesKnown(uses, inv) || (!invalid && int32(len(uses)) < devices) {
+		// No record here, or one that names fewer devices than the pod
+		// asks for: the request is laid down, all of it.
 		return h
 	}
 	if invalid {

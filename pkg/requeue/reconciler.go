@@ -482,12 +482,13 @@ func (r *Reconciler) exportAllocation() {
 		if nv.gpu.Unhealthy > 0 {
 			unhealthyGPUs.WithLabelValues(nv.node.Name, nv.gpu.Model).Set(float64(nv.gpu.Unhealthy))
 		}
-		if nv.gpu.Count == 0 {
+		usable := int64(nv.gpu.Usable())
+		if usable == 0 {
 			continue
 		}
 		model := nv.gpu.Model
-		allocatedMilli.WithLabelValues(nv.node.Name, model).Set(float64(int64(nv.gpu.Count)*gpu.MilliPerGPU - nv.gpu.Idle()))
-		capacityMilli.WithLabelValues(nv.node.Name, model).Set(float64(int64(nv.gpu.Count) * gpu.MilliPerGPU))
+		allocatedMilli.WithLabelValues(nv.node.Name, model).Set(float64(usable*gpu.MilliPerGPU - nv.gpu.Idle()))
+		capacityMilli.WithLabelValues(nv.node.Name, model).Set(float64(usable * gpu.MilliPerGPU))
 	}
 }
 

@@ -182,16 +182,24 @@ func TestMessages(t *testing.T) {
 		objs []runtime.Object
 		pod  *v1.Pod
 		want string
+		// delivery: shares need a node that delivers them (the default).
+		delivery bool
 	}{
+		"share where nothing delivers it": {[]runtime.Object{gpuNode("n1", 4, "T4"), gpuNode("n2", 4, "T4")},
+			pendingPod("p", map[string]string{gpu.AnnotationMilli: "500"}, 0),
+			"no device plugin that delivers GPU shares (HAMi's) on 2 nodes", true},
+		"gpu uuid nowhere": {[]runtime.Object{gpuNode("n1", 4, "T4")},
+			pendingPod("p", map[string]string{gpu.AnnotationHAMiUseUUID: "GPU-x"}, 1),
+			"none of the GPUs the pod allows (nvidia.com/use-gpuuuid, nouse-gpuuuid) on 1 node", false},
 		"whole GPUs": {[]runtime.Object{gpuNode("n1", 4, "A100"), gpuNode("n2", 8, "A100"),
 			boundPod("a", "n1", "n1:0=1000"), boundPod("b", "n2", "n2:0=1000,1=1000,2=1000,3=1000,4=1000"), boundPod("b2", "n2", "n2:5=500")},
-			pendingPod("p", nil, 4), "needs 4 free GPUs on one node; most free on any node: 3 (n1)"},
+			pendingPod("p", nil, 4), "needs 4 free GPUs on one node; most free on any node: 3 (n1)", false},
 		"model": {[]runtime.Object{gpuNode("n1", 4, "T4"), gpuNode("n2", 4, "T4"), gpuNode("n3", 4, "A100"),
 			boundPod("a", "n3", "n3:0=1000,1=1000,2=1000,3=1000")},
 			pendingPod("p", map[string]string{gpu.AnnotationModel: "A100"}, 1),
-			"needs 1 free GPU on one node; most free on any node: 0 (n3); GPU model not allowed on 2 nodes"},
+			"needs 1 free GPU on one node; most free on any node: 0 (n3); GPU model not allowed on 2 nodes", false},
 		"invalid": {[]runtime.Object{gpuNode("n1", 4, "T4")}, pendingPod("p", map[string]string{gpu.AnnotationMilli: "lots"}, 0),
-			`invalid annotation gpu-scheduler.io/gpu-milli="lots"`},
+			`invalid annotation gpu-scheduler.io/gpu-milli="lots"`, false},
 		"cpu nodes and taints": {[]runtime.Object{func() *v1.Node {
 			n := gpuNode("cpu", 0, "")
 			delete(n.Status.Allocatable, gpu.ResourceNvidiaGPU)
@@ -202,11 +210,12 @@ func TestMessages(t *testing.T) {
 				n.Spec.Taints = []v1.Taint{{Key: "gpu", Effect: v1.TaintEffectNoSchedule}}
 				return n
 			}()},
-			pendingPod("p", nil, 1), "no GPU on 1 node; untolerated taints on 1 node"},
+			pendingPod("p", nil, 1), "no GPU on 1 node; untolerated taints on 1 node", false},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t)
+			e.r.reqOpts.NeedsDelivery = tc.delivery
 			e.add(t, append(tc.objs, tc.pod)...)
 			if err := e.reconcile(t, "p"); err != nil {
 				t.Fatal(err)

@@ -125,8 +125,13 @@ func (v *view) check(logger klog.Logger, pod *v1.Pod, req *gpu.Request, sc gpu.S
 	devices, milli, _ := req.PerDevice(0)
 	if req.Shared() && outcomes[gpu.NoDeviceWithShare] > 0 {
 		what := fmt.Sprintf("%d milli", milli)
-		if req.MemoryMiB > 0 {
+		switch {
+		case req.MemoryMiB > 0:
 			what = fmt.Sprintf("%d MiB of memory", req.MemoryMiB)
+		case req.ShareCount > 0 && req.Share.MemoryMiB > 0:
+			what = fmt.Sprintf("%d MiB of memory and %d%% of the SMs", req.Share.MemoryMiB, req.Share.Cores)
+		case req.ShareCount > 0:
+			what = fmt.Sprintf("%d%% of the memory and %d%% of the SMs", req.Share.Permille/10, req.Share.Cores)
 		}
 		s := fmt.Sprintf("no node has a GPU with %s free", what)
 		if bestShare != nil {
@@ -153,6 +158,8 @@ func (v *view) check(logger klog.Logger, pod *v1.Pod, req *gpu.Request, sc gpu.S
 	add(outcomes[gpu.ShareTooLarge], "GPUs with less memory than requested on %d node%s")
 	add(outcomes[gpu.MemoryUnknown], "GPU memory not reported on %d node%s")
 	add(outcomes[gpu.NoGPU], "no GPU on %d node%s")
+	add(outcomes[gpu.NoShareDelivery], "no device plugin that delivers GPU shares (HAMi's) on %d node%s: a share needs nvidia.com/gpu: 1 and such a node")
+	add(outcomes[gpu.DeviceNotAllowed], "none of the GPUs the pod allows (nvidia.com/use-gpuuuid, nouse-gpuuuid) on %d node%s")
 	add(cats[catResources], "not enough CPU, memory or pod slots on %d node%s")
 	add(cats[catAffinity], "node selector or affinity not matched on %d node%s")
 	add(cats[catTaint], "untolerated taints on %d node%s")

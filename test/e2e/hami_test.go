@@ -10,7 +10,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -45,13 +44,13 @@ func TestHAMiNodes(t *testing.T) {
 		switch i % 4 {
 		case 0: // ours, delivered through one slot
 			p = s.Pod(harness.PodSpec{Name: name, Milli: 200 + 100*rng.Intn(5)})
-			limit(p, map[v1.ResourceName]string{gpu.ResourceNvidiaGPU: "1"})
+			harness.WithLimits(p, map[v1.ResourceName]string{gpu.ResourceNvidiaGPU: "1"})
 		case 1: // HAMi's dialect
 			p = s.Pod(harness.PodSpec{Name: name})
-			limit(p, map[v1.ResourceName]string{gpu.ResourceNvidiaGPU: "1", hami.ResourceMemory: strconv.Itoa(2000 + 1000*rng.Intn(8)), hami.ResourceCores: strconv.Itoa(10 * rng.Intn(4))})
+			harness.WithLimits(p, map[v1.ResourceName]string{gpu.ResourceNvidiaGPU: "1", hami.ResourceMemory: strconv.Itoa(2000 + 1000*rng.Intn(8)), hami.ResourceCores: strconv.Itoa(10 * rng.Intn(4))})
 		case 2: // by memory
 			p = s.Pod(harness.PodSpec{Name: name, Annotations: map[string]string{gpu.AnnotationMemory: strconv.Itoa(3000 + 1000*rng.Intn(5))}})
-			limit(p, map[v1.ResourceName]string{gpu.ResourceNvidiaGPU: "1"})
+			harness.WithLimits(p, map[v1.ResourceName]string{gpu.ResourceNvidiaGPU: "1"})
 		default:
 			p = s.Pod(harness.PodSpec{Name: name, GPUs: 1})
 		}
@@ -135,16 +134,5 @@ func TestHAMiNodes(t *testing.T) {
 	t.Logf("%d of %d pods bound, on %d HAMi devices", bound, len(names), len(used))
 	if bound < 40 {
 		t.Errorf("only %d pods bound", bound)
-	}
-}
-
-func limit(p *v1.Pod, limits map[v1.ResourceName]string) {
-	c := &p.Spec.Containers[0]
-	if c.Resources.Limits == nil {
-		c.Resources.Limits = v1.ResourceList{}
-	}
-	for k, v := range limits {
-		c.Resources.Limits[k] = resource.MustParse(v)
-		c.Resources.Requests[k] = resource.MustParse(v)
 	}
 }

@@ -631,3 +631,17 @@ func IgnoreNotFound(err error) error {
 	}
 	return err
 }
+
+// WithLimits adds container limits to a test pod (and the same requests, as
+// the API server defaults them for extended resources).
+func WithLimits(p *v1.Pod, limits map[v1.ResourceName]string) *v1.Pod {
+	c := &p.Spec.Containers[0]
+	if c.Resources.Limits == nil {
+		c.Resources.Limits = v1.ResourceList{}
+	}
+	for k, v := range limits {
+		c.Resources.Limits[k] = resource.MustParse(v)
+		c.Resources.Requests[k] = resource.MustParse(v)
+	}
+	return p
+}

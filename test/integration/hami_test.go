@@ -9,7 +9,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -21,20 +20,6 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/test/harness"
 )
-
-// withLimits adds container limits (and requests, as the API server
-// defaults them for extended resources).
-func withLimits(p *v1.Pod, limits map[v1.ResourceName]string) *v1.Pod {
-	c := &p.Spec.Containers[0]
-	if c.Resources.Limits == nil {
-		c.Resources.Limits = v1.ResourceList{}
-	}
-	for k, v := range limits {
-		c.Resources.Limits[k] = resource.MustParse(v)
-		c.Resources.Requests[k] = resource.MustParse(v)
-	}
-	return p
-}
 
 // hamiUUIDs reads the devices a node registered.
 func hamiUUIDs(t *testing.T, s *harness.Scope, node string) []string {
@@ -95,7 +80,7 @@ func TestHAMiDelivery(t *testing.T) {
 
 	// HAMi's scheduler placed a whole GPU on device 0 (its webhook makes
 	// it 100% of the cores): written as HAMi's scheduler writes it.
-	foreign := withLimits(s.Pod(harness.PodSpec{Name: "by-hami", Scheduler: "hami-scheduler", GPUs: 1}), map[v1.ResourceName]string{hami.ResourceCores: "100"})
+	foreign := harness.WithLimits(s.Pod(harness.PodSpec{Name: "by-hami", Scheduler: "hami-scheduler", GPUs: 1}), map[v1.ResourceName]string{hami.ResourceCores: "100"})
 	foreign.Spec.NodeName = hamiNode
 	list := uuids[0] + ",NVIDIA,81920,100:;"
 	now := strconv.FormatInt(time.Now().Unix(), 10)
@@ -110,10 +95,10 @@ func TestHAMiDelivery(t *testing.T) {
 	s.Create(
 		// A share by annotation alone: no device plugin is asked for it.
 		s.Pod(harness.PodSpec{Name: "undelivered", Milli: 500}),
-		withLimits(s.Pod(harness.PodSpec{Name: "half-a", Milli: 500}), slot),
-		withLimits(s.Pod(harness.PodSpec{Name: "half-b", Milli: 500}), slot),
-		withLimits(s.Pod(harness.PodSpec{Name: "hami-share"}), map[v1.ResourceName]string{gpu.ResourceNvidiaGPU: "1", hami.ResourceMemory: "30000", hami.ResourceCores: "30"}),
-		withLimits(s.Pod(harness.PodSpec{Name: "by-memory", Annotations: map[string]string{gpu.AnnotationMemory: "50000"}}), slot),
+		harness.WithLimits(s.Pod(harness.PodSpec{Name: "half-a", Milli: 500}), slot),
+		harness.WithLimits(s.Pod(harness.PodSpec{Name: "half-b", Milli: 500}), slot),
+		harness.WithLimits(s.Pod(harness.PodSpec{Name: "hami-share"}), map[v1.ResourceName]string{gpu.ResourceNvidiaGPU: "1", hami.ResourceMemory: "30000", hami.ResourceCores: "30"}),
+		harness.WithLimits(s.Pod(harness.PodSpec{Name: "by-memory", Annotations: map[string]string{gpu.AnnotationMemory: "50000"}}), slot),
 		s.Pod(harness.PodSpec{Name: "whole", GPUs: 2}),
 	)
 	bound := s.WaitBound(60*time.Second, "half-a", "half-b", "hami-share", "by-memory", "whole")
@@ -176,7 +161,7 @@ func TestHAMiDelivery(t *testing.T) {
 
 	// The HAMi node's memory is taken: device 1 holds two halves, device 2
 	// 80000 MiB. Another half fits nowhere, and says why.
-	s.Create(withLimits(s.Pod(harness.PodSpec{Name: "third", Milli: 500}), slot))
+	s.Create(harness.WithLimits(s.Pod(harness.PodSpec{Name: "third", Milli: 500}), slot))
 	// (The plain node's slots went to the whole GPUs.)
 	if msg := s.WaitUnschedulable(30*time.Second, "third"); !strings.Contains(msg, "1 node(s) had no single GPU with enough free milli-GPU") {
 		t.Errorf("third: %q", msg)
@@ -212,7 +197,7 @@ func TestHAMiLockExpiry(t *testing.T) {
 	names := []string{"next-200", "next-300", "next-400"}
 	for _, n := range names {
 		milli, _ := strconv.Atoi(strings.TrimPrefix(n, "next-"))
-		s.Create(withLimits(s.Pod(harness.PodSpec{Name: n, Milli: milli}), map[v1.ResourceName]string{gpu.ResourceNvidiaGPU: "1"}))
+		s.Create(harness.WithLimits(s.Pod(harness.PodSpec{Name: n, Milli: milli}), map[v1.ResourceName]string{gpu.ResourceNvidiaGPU: "1"}))
 	}
 	bound := s.WaitBound(90*time.Second, names...)
 	for _, n := range names {

@@ -233,12 +233,8 @@ func Allocation(pod *v1.Pod, devs []gpu.Device, share gpu.DeviceShare) (PodDevic
 // containerGPUs is what a container asks the device plugin for (limits
 // first); a value that is not a whole number asks for nothing.
 func containerGPUs(c *v1.Container) int64 {
-	q, ok := c.Resources.Limits[ResourceGPU]
-	if !ok {
-		q, ok = c.Resources.Requests[ResourceGPU]
-	}
-	n, isInt := q.AsInt64()
-	if !ok || !isInt {
+	n, has, isInt := quantity(c, ResourceGPU)
+	if !has || !isInt {
 		return 0
 	}
 	return n
