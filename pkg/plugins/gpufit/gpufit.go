@@ -87,6 +87,8 @@ type GPUFit struct {
 	// the server: the API server's default request timeout, plus margin.
 	// (Atomic: tests shorten it while a check runs.)
 	inFlight atomic.Int64
+	// memo is the last event the queueing hints judged.
+	memo atomic.Pointer[hintMemo]
 }
 
 // bindInFlight is GPUFit.inFlight's default.

@@ -72,7 +72,7 @@ func accountingArgs() *config.GPUFitArgs {
 
 // newEnv builds a framework handle over a snapshot and the plugin on it.
 // The informers are not started: tests put objects in their stores directly.
-func newEnv(tCtx context.Context, t *testing.T, args *config.GPUFitArgs, nodes []*v1.Node, pods []*v1.Pod) *testEnv {
+func newEnv(tCtx context.Context, t testing.TB, args *config.GPUFitArgs, nodes []*v1.Node, pods []*v1.Pod) *testEnv {
 	t.Helper()
 	client := fake.NewClientset()
 	factory := informers.NewSharedInformerFactory(client, 0)

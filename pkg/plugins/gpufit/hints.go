@@ -2,6 +2,7 @@ package gpufit
 
 import (
 	"context"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -11,7 +12,6 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fault"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
-	"github.com/gpu-scheduler/gpu-scheduler/pkg/internal/objects"
 )
 
 // EventsToRegister lists every event that can turn a GPUFit rejection into a
@@ -34,9 +34,65 @@ func (pl *GPUFit) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHin
 	return events, nil
 }
 
-// fitsNow is the level check. Without an informer it knows the node's
-// inventory only, and answers Queue whenever the inventory could host the pod.
-func (pl *GPUFit) fitsNow(logger klog.Logger, pod *v1.Pod, node *v1.Node) fwk.QueueingHint {
+// hintMemo is what judging one event costs, done for the first pending pod
+// and reused for the others: the scheduling queue runs the hints of every
+// pod GPUFit rejected for one event back to back, with the same objects,
+// inside its lock. At 20,000 pending pods a node label churned by GPU
+// Feature Discovery must not reach the device math 20,000 times.
+type hintMemo struct {
+	kind     uint8
+	old, new interface{}
+	at       time.Time
+	err      error
+	// relevant: the event can change whether a GPU pod fits (devices came,
+	// went or were freed); otherwise every pod is skipped at once.
+	relevant bool
+	node     *v1.Node
+	st       *gpu.NodeState
+}
+
+const (
+	memoNode uint8 = iota + 1
+	memoDelete
+	memoUpdate
+)
+
+// memoTTL bounds how long one event's device state is reused: the queue
+// replays events that came during a pod's cycle when the cycle ends, and
+// those calls should see a state no older than that.
+const memoTTL = 100 * time.Millisecond
+
+func (pl *GPUFit) eventMemo(kind uint8, oldObj, newObj interface{}, judge func(m *hintMemo)) *hintMemo {
+	if m := pl.memo.Load(); m != nil && m.kind == kind && m.old == oldObj && m.new == newObj && time.Since(m.at) < memoTTL {
+		return m
+	}
+	m := &hintMemo{kind: kind, old: oldObj, new: newObj, at: time.Now()}
+	judge(m)
+	pl.memo.Store(m)
+	return m
+}
+
+// judgeNode computes the node's current state once per event; nil node:
+// the node is gone, nothing fits there.
+func (pl *GPUFit) judgeNode(m *hintMemo, node *v1.Node) {
+	m.relevant, m.node = true, node
+	if node == nil {
+		return
+	}
+	if st, ok := pl.shared.CurrentState(node); ok {
+		m.st = st
+	} else {
+		// Without an informer only the inventory is known: answer Queue
+		// whenever it could host the pod.
+		m.st = gpu.NewNodeState(node.Name, gpu.ReadInventory(node, pl.shared.Tracker().Options()), 0)
+	}
+}
+
+// fitsNow is the level check of one pod against the event's node state.
+func (pl *GPUFit) fitsNow(logger klog.Logger, pod *v1.Pod, m *hintMemo) fwk.QueueingHint {
+	if m.node == nil {
+		return fwk.QueueSkip
+	}
 	req, err := gpu.ParseRequest(pod, pl.reqOpts)
 	if err != nil {
 		// Only the pod's own update can fix an invalid request.
@@ -45,39 +101,67 @@ func (pl *GPUFit) fitsNow(logger klog.Logger, pod *v1.Pod, node *v1.Node) fwk.Qu
 	if !req.HasGPU() {
 		return fwk.QueueSkip
 	}
-	st, ok := pl.shared.CurrentState(node)
-	if !ok {
-		st = gpu.NewNodeState(node.Name, gpu.ReadInventory(node, pl.shared.Tracker().Options()), 0)
-	}
-	out, _, _ := st.Fit(&req)
+	out, _, _ := m.st.Fit(&req)
 	if out == gpu.Fits {
-		logger.V(5).Info("pod now fits the node's GPUs", "pod", klog.KObj(pod), "node", klog.KObj(node))
+		logger.V(5).Info("pod now fits the node's GPUs", "pod", klog.KObj(pod), "node", klog.KObj(m.node))
 		return fwk.Queue
 	}
-	logger.V(5).Info("pod still does not fit the node's GPUs", "pod", klog.KObj(pod), "node", klog.KObj(node), "reason", reasons[out])
+	logger.V(5).Info("pod still does not fit the node's GPUs", "pod", klog.KObj(pod), "node", klog.KObj(m.node), "reason", reasons[out])
 	return fwk.QueueSkip
 }
 
 func (pl *GPUFit) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
-	old, node, err := schedutil.As[*v1.Node](oldObj, newObj)
-	if err != nil {
-		return fwk.Queue, err
+	m := pl.eventMemo(memoNode, oldObj, newObj, func(m *hintMemo) {
+		old, node, err := schedutil.As[*v1.Node](oldObj, newObj)
+		if err != nil {
+			m.err = err
+			return
+		}
+		if old != nil && pl.sameDevices(old, node) {
+			// A GFD timestamp, a node lock taken or released, a
+			// heartbeat: no device came or went.
+			return
+		}
+		pl.judgeNode(m, node)
+	})
+	if m.err != nil {
+		return fwk.Queue, m.err
 	}
-	if old != nil && sameDevices(old, node) {
-		// A node lock taken or released, a heartbeat annotation: no
-		// device came or went.
+	if !m.relevant {
 		return fwk.QueueSkip, nil
 	}
-	return pl.fitsNow(logger, pod, node), nil
+	return pl.fitsNow(logger, pod, m), nil
 }
 
 // sameDevices reports whether two versions of a node report the same GPUs:
-// labels, allocatable, and the device agent's registration and cordon.
-func sameDevices(a, b *v1.Node) bool {
-	return objects.EqualLabels(a.Labels, b.Labels) && objects.EqualResources(a.Status.Allocatable, b.Status.Allocatable) &&
-		objects.EqualResources(a.Status.Capacity, b.Status.Capacity) &&
-		a.Annotations[hami.AnnotationRegister] == b.Annotations[hami.AnnotationRegister] &&
-		a.Annotations[hami.AnnotationCordon] == b.Annotations[hami.AnnotationCordon]
+// only what the device inventory reads (the product and memory labels, the
+// GPU resources, the device agent's registration and cordon), not the other
+// labels, which GPU Feature Discovery alone rewrites every minute.
+func (pl *GPUFit) sameDevices(a, b *v1.Node) bool {
+	opts := pl.shared.Tracker().Options()
+	if a.Labels[opts.ProductLabel] != b.Labels[opts.ProductLabel] || a.Labels[opts.MemoryLabel] != b.Labels[opts.MemoryLabel] ||
+		a.Annotations[hami.AnnotationRegister] != b.Annotations[hami.AnnotationRegister] ||
+		a.Annotations[hami.AnnotationCordon] != b.Annotations[hami.AnnotationCordon] ||
+		!sameQuantity(a, b, hami.ResourceGPU) {
+		return false
+	}
+	for _, r := range opts.ResourceNames {
+		if !sameQuantity(a, b, r) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameQuantity(a, b *v1.Node, r v1.ResourceName) bool {
+	qa, oka := a.Status.Allocatable[r]
+	qb, okb := b.Status.Allocatable[r]
+	if oka != okb || qa.Cmp(qb) != 0 {
+		return false
+	}
+	qa, oka = a.Status.Capacity[r]
+	qb, okb = b.Status.Capacity[r]
+	return oka == okb && qa.Cmp(qb) == 0
 }
 
 // usesGPU is whether a bound pod holds devices: what it requests, whoever
@@ -98,45 +182,62 @@ func (pl *GPUFit) nodeOf(logger klog.Logger, name string) *v1.Node {
 }
 
 func (pl *GPUFit) isSchedulableAfterPodDelete(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
-	deleted, _, err := schedutil.As[*v1.Pod](oldObj, newObj)
-	if err != nil {
-		return fwk.Queue, err
-	}
-	if deleted.Spec.NodeName == "" || !pl.usesGPU(deleted) || fault.DropFreedGPU() {
-		return fwk.QueueSkip, nil
-	}
-	return pl.fitsOnNodeOf(logger, pod, deleted), nil
+	m := pl.eventMemo(memoDelete, oldObj, newObj, func(m *hintMemo) {
+		deleted, _, err := schedutil.As[*v1.Pod](oldObj, newObj)
+		if err != nil {
+			m.err = err
+			return
+		}
+		if deleted.Spec.NodeName == "" || !pl.usesGPU(deleted) || fault.DropFreedGPU() {
+			return
+		}
+		pl.judgeBoundNode(logger, m, deleted)
+	})
+	return pl.answer(logger, pod, m)
 }
 
 func (pl *GPUFit) isSchedulableAfterPodUpdate(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
-	oldPod, newPod, err := schedutil.As[*v1.Pod](oldObj, newObj)
-	if err != nil {
-		return fwk.Queue, err
-	}
-	// Most updates of bound pods are status changes: the devices they hold
-	// are the same, nothing can have been freed. Neither can a pod that asks
-	// for no GPU free one, whatever its annotations say.
-	if oldPod.Annotations[gpu.AnnotationAssignment] == newPod.Annotations[gpu.AnnotationAssignment] &&
-		oldPod.Annotations[hami.AnnotationAllocated] == newPod.Annotations[hami.AnnotationAllocated] &&
-		oldPod.Annotations[hami.AnnotationVGPUNode] == newPod.Annotations[hami.AnnotationVGPUNode] &&
-		terminal(oldPod) == terminal(newPod) &&
-		sameGPURequest(oldPod, newPod, pl.reqOpts) || (!pl.usesGPU(oldPod) && !pl.usesGPU(newPod)) || fault.DropFreedGPU() {
-		return fwk.QueueSkip, nil
-	}
-	return pl.fitsOnNodeOf(logger, pod, newPod), nil
+	m := pl.eventMemo(memoUpdate, oldObj, newObj, func(m *hintMemo) {
+		oldPod, newPod, err := schedutil.As[*v1.Pod](oldObj, newObj)
+		if err != nil {
+			m.err = err
+			return
+		}
+		// Most updates of bound pods are status changes: the devices they
+		// hold are the same, nothing can have been freed. Neither can a pod
+		// that asks for no GPU free one, whatever its annotations say.
+		if oldPod.Annotations[gpu.AnnotationAssignment] == newPod.Annotations[gpu.AnnotationAssignment] &&
+			oldPod.Annotations[hami.AnnotationAllocated] == newPod.Annotations[hami.AnnotationAllocated] &&
+			oldPod.Annotations[hami.AnnotationVGPUNode] == newPod.Annotations[hami.AnnotationVGPUNode] &&
+			terminal(oldPod) == terminal(newPod) &&
+			sameGPURequest(oldPod, newPod, pl.reqOpts) || (!pl.usesGPU(oldPod) && !pl.usesGPU(newPod)) || fault.DropFreedGPU() {
+			return
+		}
+		pl.judgeBoundNode(logger, m, newPod)
+	})
+	return pl.answer(logger, pod, m)
 }
 
-// fitsOnNodeOf checks the node of a bound pod; a node that is gone cannot
-// take the pod.
-func (pl *GPUFit) fitsOnNodeOf(logger klog.Logger, pod, bound *v1.Pod) fwk.QueueingHint {
+func (pl *GPUFit) answer(logger klog.Logger, pod *v1.Pod, m *hintMemo) (fwk.QueueingHint, error) {
+	switch {
+	case m.err != nil:
+		return fwk.Queue, m.err
+	case !m.relevant:
+		return fwk.QueueSkip, nil
+	case m.node == nil && m.st == nil && pl.handle.SharedInformerFactory() == nil:
+		return fwk.Queue, nil
+	}
+	return pl.fitsNow(logger, pod, m), nil
+}
+
+// judgeBoundNode judges the node of a bound pod; a node that is gone cannot
+// take the pod. Without an informer nothing is known: Queue.
+func (pl *GPUFit) judgeBoundNode(logger klog.Logger, m *hintMemo, bound *v1.Pod) {
+	m.relevant = true
 	if pl.handle.SharedInformerFactory() == nil {
-		return fwk.Queue
+		return
 	}
-	node := pl.nodeOf(logger, bound.Spec.NodeName)
-	if node == nil {
-		return fwk.QueueSkip
-	}
-	return pl.fitsNow(logger, pod, node)
+	pl.judgeNode(m, pl.nodeOf(logger, bound.Spec.NodeName))
 }
 
 func (pl *GPUFit) isSchedulableAfterTargetPodUpdate(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {

@@ -80,6 +80,11 @@ func TestQueueingHints(t *testing.T) {
 		n.Labels[k] = v
 		return n
 	}
+	withCPU := func(n *v1.Node, cpu string) *v1.Node {
+		n = n.DeepCopy()
+		n.Status.Allocatable[v1.ResourceCPU] = resource.MustParse(cpu)
+		return n
+	}
 	withAnnotations := func(p *v1.Pod, kv ...string) *v1.Pod {
 		p = p.DeepCopy()
 		p.Annotations = map[string]string{}
@@ -114,6 +119,13 @@ func TestQueueingHints(t *testing.T) {
 			withAllocatable(full, "3"), fwk.QueueSkip, false},
 		"label now allows the model":    {pendingA100, nil, []*v1.Pod{c}, "node", half, withLabel(half, gpu.LabelGPUProduct, "A100"), fwk.Queue, false},
 		"label change, node still full": {pendingA100, nil, []*v1.Pod{a, b}, "node", full, withLabel(full, "x", "y"), fwk.QueueSkip, false},
+		// GPU Feature Discovery rewrites a timestamp every minute: no device
+		// came or went, so nothing is judged, even where the pod would fit.
+		"GFD timestamp label, a device free": {pending, nil, []*v1.Pod{c}, "node", half,
+			withLabel(half, "nvidia.com/gfd.timestamp", "1764510000"), fwk.QueueSkip, false},
+		"CPU allocatable changed, a device free": {pending, nil, []*v1.Pod{c}, "node", half, withCPU(half, "31"), fwk.QueueSkip, false},
+		"GPU memory label came, a device free": {st.MakePod().Name("m").Namespace("default").UID("m").SchedulerName(gpu.SchedulerName).Annotation(gpu.AnnotationMemory, "20480").Obj(), nil, []*v1.Pod{c}, "node", half,
+			withLabel(half, gpu.LabelGPUMemory, "81920"), fwk.Queue, false},
 
 		"GPU pod deleted frees a device": {pending, []*v1.Node{full}, []*v1.Pod{b}, "delete", a, nil, fwk.Queue, false},
 		"GPU pod deleted, share fits":    {pendingShared, []*v1.Node{full}, []*v1.Pod{b}, "delete", a, nil, fwk.Queue, false},
@@ -180,6 +192,29 @@ func TestQueueingHints(t *testing.T) {
 				t.Errorf("want %v, got %v", tc.want, got)
 			}
 		})
+	}
+}
+
+// One event is judged once for all pending pods, but each pod by its own
+// request.
+func TestQueueingHintOneEventManyPods(t *testing.T) {
+	logger, tCtx := ktesting.NewTestContext(t)
+	half := gpuNode("half", "2").Obj()
+	e := newEnv(tCtx, t, nil, []*v1.Node{half}, []*v1.Pod{boundPod("c", "half", "half:0=1000")})
+	gone := boundPod("d", "half", "half:1=1000")
+	for i, tc := range []struct {
+		pod  *v1.Pod
+		want fwk.QueueingHint
+	}{{wholePod("p1", "1").Obj(), fwk.Queue}, {wholePod("p2", "2").Obj(), fwk.QueueSkip}, {sharedPod("p3", "300").Obj(), fwk.Queue}, {wholePod("p4", "2").Obj(), fwk.QueueSkip}} {
+		got, err := e.pl.isSchedulableAfterPodDelete(logger, tc.pod, gone, nil)
+		if err != nil || got != tc.want {
+			t.Errorf("pod %d: want %v, got %v %v", i, tc.want, got, err)
+		}
+	}
+	// The next event is judged afresh: the other device was freed too.
+	e.factory.Core().V1().Pods().Informer().GetStore().Delete(boundPod("c", "half", "half:0=1000"))
+	if got, _ := e.pl.isSchedulableAfterPodDelete(logger, wholePod("p2", "2").Obj(), boundPod("c", "half", "half:0=1000"), nil); got != fwk.Queue {
+		t.Errorf("after the second deletion: want Queue, got %v", got)
 	}
 }
 
