@@ -177,6 +177,16 @@ func NewTracker(opts NodeOptions) *Tracker {
 // the node's view.
 func (t *Tracker) SetAlive(f func(uid types.UID, node string, r Reservation) bool) { t.alive.Store(&f) }
 
+// NodeVersion changes whenever the node's reservations or in-flight pods
+// of other schedulers change: with the node and its pods, it is all a
+// computed state depends on.
+func (t *Tracker) NodeVersion(node string) uint64 {
+	if s := t.slot(node, false); s != nil {
+		return s.version.Load()
+	}
+	return 0
+}
+
 // Options returns what the tracker reads.
 func (t *Tracker) Options() NodeOptions { return t.opts }
 

@@ -30,6 +30,11 @@ var (
 		Help:    "Time from a pod being marked unschedulable to its activation by the reconciler.",
 		Buckets: metrics.ExponentialBuckets(0.001, 2, 22),
 	})
+	passSeconds = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Subsystem: "gpu_scheduler", Name: "requeue_pass_duration_seconds", StabilityLevel: metrics.ALPHA,
+		Help:    "Time for one pass of the reconciler over every pending pod, from its start until the workers are through, by trigger (event, resync).",
+		Buckets: metrics.ExponentialBuckets(0.001, 2, 18),
+	}, []string{"trigger"})
 	reasonWrites = metrics.NewCounter(&metrics.CounterOpts{
 		Subsystem: "gpu_scheduler", Name: "pending_reason_writes_total", StabilityLevel: metrics.ALPHA,
 		Help: "Writes of the gpu-scheduler.io/PendingReason pod condition (only when it changes).",
@@ -57,6 +62,6 @@ var registerOnce sync.Once
 func registerMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(reconciles, activations, queueDepth, pendingPods, activationLatency,
-			reasonWrites, staleReservations, allocatedMilli, capacityMilli, unhealthyGPUs)
+			reasonWrites, passSeconds, staleReservations, allocatedMilli, capacityMilli, unhealthyGPUs)
 	})
 }

@@ -2,9 +2,15 @@
 // Events only wake it up; each reconcile reads the current cluster from the
 // informers and decides: a pod that some node could now take is activated
 // (moved back to the scheduler's active queue at once, whatever its backoff);
-// one that none can take gets a specific, current explanation. A periodic
+// one that none can take gets a specific, stable explanation. A periodic
 // resync re-checks every unschedulable pod, so a missed event only delays a
 // pod by one period. The same loop drops stale in-flight reservations.
+//
+// The queueing hints are the fast path; the reconciler repairs what they
+// miss. It activates only a pod whose last attempt failed on nothing but
+// what it re-checks (GPUs, CPU and memory, cordon, taints, node affinity):
+// a pod blocked by anything else waits for the scheduler's own hints and
+// backoff. Only events that can free or add GPU capacity wake it.
 package requeue
 
 import (
@@ -12,9 +18,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -25,7 +33,6 @@ import (
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fault"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
-	"github.com/gpu-scheduler/gpu-scheduler/pkg/internal/objects"
 )
 
 // GPUState is the scheduler's device accounting (the GPU plugins' shared
@@ -36,6 +43,9 @@ type GPUState interface {
 	Workload() *gpu.Workload
 	PodsOnNode(node string) ([]*v1.Pod, bool)
 	CurrentState(node *v1.Node) (*gpu.NodeState, bool)
+	// SameDevices reports whether two versions of a node report the same
+	// GPUs.
+	SameDevices(a, b *v1.Node) bool
 }
 
 // Activator moves pods back to the active queue (the framework handle).
@@ -64,21 +74,37 @@ type Reconciler struct {
 	cfg       Config
 	gpu       GPUState
 	activator Activator
-	client    kubernetes.Interface
-	pods      cache.SharedIndexInformer
-	nodes     cache.SharedIndexInformer
-	reqOpts   gpu.RequestOptions
+	// client writes the pending reasons: its own rate limit, so that they
+	// never delay a bind.
+	client  kubernetes.Interface
+	pods    cache.SharedIndexInformer
+	nodes   cache.SharedIndexInformer
+	reqOpts gpu.RequestOptions
 	// active reports whether this process schedules (the leader); standbys
 	// keep their hands off the pods.
 	active func() bool
 	queue  workqueue.TypedRateLimitingInterface[string]
 	dirty  chan struct{}
+	// writeQ and writes feed the reason writer: the latest reason per pod.
+	writeQ workqueue.TypedRateLimitingInterface[string]
+	writes sync.Map
 
-	mu      sync.Mutex
-	current *view
-	builtAt time.Time
-	written map[string]time.Time // last reason write per pod
+	// current is the view the checks share; nil when stale. Checks run in
+	// parallel on it; buildMu makes one worker build it.
+	current atomic.Pointer[view]
+	buildMu sync.Mutex
+
+	writtenMu sync.Mutex
+	written   map[string]time.Time // last reason write per pod
+
+	// rejections is what blocked each pending pod in its last attempt
+	// (RecordRejection), by UID.
+	rejections sync.Map
 }
+
+// maxViewAge bounds how stale a view gets between events: binds of other
+// pods take devices without waking the reconciler.
+const maxViewAge = 5 * time.Second
 
 const pendingIndex = "gpu-scheduler.io/pending"
 
@@ -95,7 +121,10 @@ func New(cfg Config, state GPUState, activator Activator, client kubernetes.Inte
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.BackoffBase, cfg.BackoffMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpu-scheduler-requeue"}),
-		dirty:   make(chan struct{}, 1),
+		dirty: make(chan struct{}, 1),
+		writeQ: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.BackoffBase, cfg.BackoffMax),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpu-scheduler-pending-reasons"}),
 		written: map[string]time.Time{},
 	}
 	if _, ok := pods.GetIndexer().GetIndexers()[pendingIndex]; !ok {
@@ -117,7 +146,7 @@ func New(cfg Config, state GPUState, activator Activator, client kubernetes.Inte
 		return nil, err
 	}
 	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(interface{}) { r.markDirty() },
+		AddFunc:    func(obj interface{}) { r.onNodeAdd(obj) },
 		UpdateFunc: func(old, obj interface{}) { r.onNodeUpdate(old, obj) },
 	}); err != nil {
 		return nil, err
@@ -154,37 +183,60 @@ func (r *Reconciler) onPod(old, obj interface{}) {
 		r.enqueue(p)
 		return
 	}
+	if p.Spec.NodeName != "" {
+		r.rejections.Delete(p.UID)
+	}
 	if _, stale := PendingCondition(p); stale && p.Spec.NodeName != "" {
 		r.enqueue(p) // bound: its reason goes
 	}
-	// A bound GPU pod whose assignment changed may have freed devices (an
-	// assignment on a pod that asks for no GPU holds nothing, and changing
-	// it frees nothing).
-	if o, ok := old.(*v1.Pod); ok && o.Spec.NodeName != "" &&
-		o.Annotations[gpu.AnnotationAssignment] != p.Annotations[gpu.AnnotationAssignment] &&
-		gpu.UsesGPU(p, r.reqOpts) && !fault.DropFreedGPU() {
+	// A bound GPU pod that ended, or whose assignment changed, may have
+	// freed devices (an assignment on a pod that asks for no GPU holds
+	// nothing, and changing it frees nothing).
+	o, ok := old.(*v1.Pod)
+	if !ok || o.Spec.NodeName == "" || fault.DropFreedGPU() {
+		return
+	}
+	if (o.Annotations[gpu.AnnotationAssignment] != p.Annotations[gpu.AnnotationAssignment] || terminal(p) && !terminal(o)) &&
+		gpu.UsesGPU(p, r.reqOpts) {
 		r.markDirty()
 	}
 }
 
+func terminal(p *v1.Pod) bool {
+	return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
+}
+
+// onPodDelete wakes the reconciler only when a bound GPU pod leaves: CPU
+// pods come and go all the time and free no device.
 func (r *Reconciler) onPodDelete(obj interface{}) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" && !fault.DropFreedGPU() {
+	p, ok := obj.(*v1.Pod)
+	if !ok {
+		return
+	}
+	r.rejections.Delete(p.UID)
+	if p.Spec.NodeName != "" && gpu.UsesGPU(p, r.reqOpts) && !fault.DropFreedGPU() {
 		r.markDirty()
 	}
 }
 
+func (r *Reconciler) onNodeAdd(obj interface{}) {
+	if n, ok := obj.(*v1.Node); ok && gpu.ReadInventory(n, r.gpu.Tracker().Options()).Count > 0 {
+		r.markDirty()
+	}
+}
+
+// onNodeUpdate wakes the reconciler only when the node's GPUs changed:
+// heartbeats and the labels GPU Feature Discovery rewrites every minute
+// change nothing a pending GPU pod waits for. (A node uncordoned or
+// untainted wakes the pods through the scheduler's own hints; the resync
+// catches what is left.)
 func (r *Reconciler) onNodeUpdate(old, obj interface{}) {
 	o, ok1 := old.(*v1.Node)
 	n, ok2 := obj.(*v1.Node)
-	if !ok1 || !ok2 {
-		return
-	}
-	// Heartbeats change nothing a pod could use.
-	if o.Spec.Unschedulable != n.Spec.Unschedulable || !equalTaints(o.Spec.Taints, n.Spec.Taints) ||
-		!objects.EqualLabels(o.Labels, n.Labels) || !objects.EqualResources(o.Status.Allocatable, n.Status.Allocatable) {
+	if ok1 && ok2 && !r.gpu.SameDevices(o, n) {
 		r.markDirty()
 	}
 }
@@ -206,6 +258,7 @@ func (r *Reconciler) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("requeue")
 	ctx = klog.NewContext(ctx, logger)
 	defer r.queue.ShutDown()
+	defer r.writeQ.ShutDown()
 	if !cache.WaitForCacheSync(ctx.Done(), r.pods.HasSynced, r.nodes.HasSynced) {
 		return
 	}
@@ -213,15 +266,16 @@ func (r *Reconciler) Run(ctx context.Context) {
 	for i := 0; i < r.cfg.Workers; i++ {
 		go wait.UntilWithContext(ctx, r.worker, time.Second)
 	}
-	// Changes are coalesced: a burst of events is one pass over the pending pods.
+	go wait.UntilWithContext(ctx, r.writer, time.Second)
+	// Changes are coalesced: a burst of events is one pass over the pending
+	// pods, and the next pass starts only once this one is done.
 	go func() {
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-r.dirty:
-				r.invalidate()
-				r.enqueueAll(ctx)
+				r.pass(ctx, "event")
 				select {
 				case <-ctx.Done():
 					return
@@ -231,8 +285,7 @@ func (r *Reconciler) Run(ctx context.Context) {
 		}
 	}()
 	go wait.UntilWithContext(ctx, func(ctx context.Context) {
-		r.invalidate()
-		r.enqueueAll(ctx)
+		r.pass(ctx, "resync")
 		r.sweepReservations(ctx)
 		r.exportAllocation()
 	}, r.cfg.ResyncPeriod)
@@ -240,10 +293,24 @@ func (r *Reconciler) Run(ctx context.Context) {
 	<-ctx.Done()
 }
 
-func (r *Reconciler) enqueueAll(ctx context.Context) {
+// pass reconciles every pending pod against a fresh view and waits until the
+// workers are through (at most one resync period).
+func (r *Reconciler) pass(ctx context.Context, trigger string) {
+	start := time.Now()
+	r.invalidate()
+	n := r.enqueueAll(ctx)
+	deadline := start.Add(r.cfg.ResyncPeriod)
+	for r.queue.Len() > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	passSeconds.WithLabelValues(trigger).Observe(time.Since(start).Seconds())
+	klog.FromContext(ctx).V(4).Info("reconcile pass", "trigger", trigger, "pods", n, "duration", time.Since(start))
+}
+
+func (r *Reconciler) enqueueAll(ctx context.Context) int {
 	objs, err := r.pods.GetIndexer().ByIndex(pendingIndex, r.cfg.SchedulerName)
 	if err != nil {
-		return
+		return 0
 	}
 	n := 0
 	for _, o := range objs {
@@ -255,6 +322,7 @@ func (r *Reconciler) enqueueAll(ctx context.Context) {
 		}
 	}
 	pendingPods.Set(float64(n))
+	return n
 }
 
 func (r *Reconciler) worker(ctx context.Context) {
@@ -275,20 +343,24 @@ func (r *Reconciler) worker(ctx context.Context) {
 	}
 }
 
+// invalidate drops the view; one being built is dropped once built.
 func (r *Reconciler) invalidate() {
-	r.mu.Lock()
-	r.current = nil
-	r.mu.Unlock()
+	r.buildMu.Lock()
+	r.current.Store(nil)
+	r.buildMu.Unlock()
 }
 
-// viewNow returns the view, rebuilt if a change made it stale.
+// viewNow returns the view, rebuilt if a change made it stale or it is old.
 func (r *Reconciler) viewNow() *view {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.current != nil {
-		return r.current
+	if v := r.current.Load(); v != nil && time.Since(v.built) < maxViewAge {
+		return v
 	}
-	v := &view{}
+	r.buildMu.Lock()
+	defer r.buildMu.Unlock()
+	if v := r.current.Load(); v != nil && time.Since(v.built) < maxViewAge {
+		return v
+	}
+	v := newView()
 	for _, o := range r.nodes.GetIndexer().List() {
 		n, ok := o.(*v1.Node)
 		if !ok {
@@ -299,10 +371,25 @@ func (r *Reconciler) viewNow() *view {
 			continue
 		}
 		pods, _ := r.gpu.PodsOnNode(n.Name)
-		v.nodes = append(v.nodes, newNodeView(n, st, pods))
+		v.add(newNodeView(n, st, pods))
 	}
-	r.current, r.builtAt = v, time.Now()
+	r.current.Store(v)
 	return v
+}
+
+// RecordRejection notes which plugins rejected the pod's nodes in its last
+// scheduling attempt (GPUFit's PostFilter): the reconciler activates only
+// pods it can judge whole.
+func (r *Reconciler) RecordRejection(pod *v1.Pod, plugins []string) {
+	r.rejections.Store(pod.UID, rechecks(pod, plugins, r.reqOpts))
+}
+
+// judged reports whether the pod's last attempt failed only on what the
+// reconciler re-checks. Unknown (no attempt recorded since this process
+// started, or PostFilter not enabled): no.
+func (r *Reconciler) judged(pod *v1.Pod) bool {
+	v, ok := r.rejections.Load(pod.UID)
+	return ok && v.(bool)
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, key string) error {
@@ -346,18 +433,17 @@ func (r *Reconciler) reconcile(ctx context.Context, key string) error {
 		reconciles.WithLabelValues("skipped").Inc()
 		return nil
 	}
-	r.mu.Lock()
-	v := r.current
-	r.mu.Unlock()
-	if v == nil {
-		v = r.viewNow()
+	// Only a pod the reconciler can judge whole is activated (booking its
+	// devices in the view, so that one freed device wakes one pod); the
+	// others are only explained.
+	mayActivate := r.judged(pod)
+	vd := r.viewNow().checkShape(logger, pod, &req, r.gpu.Scoring(), r.gpu.Workload(), mayActivate)
+	if vd.fits != nil && !mayActivate {
+		// Its GPUs are there: something else holds it, which the
+		// scheduler's own hints and backoff look after.
+		reconciles.WithLabelValues("blocked").Inc()
+		return nil
 	}
-	r.mu.Lock()
-	vd := v.check(logger, pod, &req, r.gpu.Scoring(), r.gpu.Workload())
-	if vd.fits != nil {
-		vd.fits.book(pod, vd.choice)
-	}
-	r.mu.Unlock()
 	if vd.fits != nil {
 		logger.V(3).Info("a node can take the pod now: activating", "pod", klog.KObj(pod), "node", vd.fits.node.Name)
 		r.activator.Activate(logger, map[string]*v1.Pod{key: pod})
@@ -388,62 +474,131 @@ const (
 	ReasonInvalidRequest = "InvalidRequest"
 )
 
+// reasonWrite is the latest reason judged for a pod, waiting for the
+// writer.
+type reasonWrite struct {
+	clear       bool
+	reason, msg string
+	// rv is the version of the pod that was judged: the write goes only
+	// over that state.
+	rv string
+}
+
 // explain keeps the pending reason current: written only when it changed, so
 // a quiet cluster causes no writes. It is a pod condition, written through
 // pods/status, which the scheduler may patch anyway: no right to change a
-// pod's spec, labels or annotations is needed.
-func (r *Reconciler) explain(ctx context.Context, pod *v1.Pod, reason, msg string) error {
+// pod's spec, labels or annotations is needed. The write itself is the
+// writer's: the reconcile never waits for the reasons' rate limit.
+func (r *Reconciler) explain(_ context.Context, pod *v1.Pod, reason, msg string) error {
+	key := pod.Namespace + "/" + pod.Name
 	cur, had := PendingCondition(pod)
 	if !r.cfg.Explain || (had && cur.Message == msg && cur.Reason == reason && cur.Status == v1.ConditionTrue) {
+		r.writes.Delete(key)
 		return nil
 	}
-	key := pod.Namespace + "/" + pod.Name
-	r.mu.Lock()
+	r.writes.Store(key, reasonWrite{reason: reason, msg: msg, rv: pod.ResourceVersion})
+	r.writtenMu.Lock()
 	last, seen := r.written[key]
-	r.mu.Unlock()
+	r.writtenMu.Unlock()
 	if wait := r.cfg.ExplainEvery - time.Since(last); seen && wait > 0 {
-		// Come back when the interval ends, and write what is current then.
-		r.queue.AddAfter(key, wait)
+		// Written when the interval ends: whatever is current then.
+		r.writeQ.AddAfter(key, wait)
 		return nil
 	}
-	since := metav1.Now()
-	if had && cur.Status == v1.ConditionTrue {
-		since = cur.LastTransitionTime
+	r.writeQ.Add(key)
+	return nil
+}
+
+// clearReason removes the reason of a pod that was bound.
+func (r *Reconciler) clearReason(_ context.Context, pod *v1.Pod) error {
+	key := pod.Namespace + "/" + pod.Name
+	r.writes.Store(key, reasonWrite{clear: true})
+	r.writeQ.Add(key)
+	return nil
+}
+
+func (r *Reconciler) writer(ctx context.Context) {
+	for {
+		key, quit := r.writeQ.Get()
+		if quit {
+			return
+		}
+		if err := r.write(ctx, key); err != nil {
+			klog.FromContext(ctx).V(2).Info("writing a pending reason failed, retrying with backoff", "pod", key, "err", err)
+			r.writeQ.AddRateLimited(key)
+		} else {
+			r.writeQ.Forget(key)
+		}
+		r.writeQ.Done(key)
 	}
-	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": pod.ResourceVersion}, // only over the state we judged
-		"status": map[string]any{"conditions": []any{map[string]any{
-			"type": gpu.ConditionPending, "status": v1.ConditionTrue, "reason": reason, "message": msg,
-			"lastTransitionTime": since,
-		}}},
-	})
+}
+
+// write sends the latest reason judged for a pod, if the pod still needs it.
+func (r *Reconciler) write(ctx context.Context, key string) error {
+	v, ok := r.writes.Load(key)
+	if !ok {
+		return nil
+	}
+	w := v.(reasonWrite)
+	done := func() { r.writes.CompareAndDelete(key, v) }
+	obj, exists, err := r.pods.GetIndexer().GetByKey(key)
+	if err != nil {
+		return err
+	}
+	if !exists || !r.active() {
+		done()
+		return nil
+	}
+	pod := obj.(*v1.Pod)
+	cur, had := PendingCondition(pod)
+	var patch []byte
+	if w.clear {
+		if !had {
+			done()
+			return nil
+		}
+		patch, err = json.Marshal(map[string]any{"status": map[string]any{"conditions": []any{
+			map[string]any{"type": gpu.ConditionPending, "$patch": "delete"}}}})
+	} else {
+		if _, pending := r.pending(pod); !pending || (had && cur.Message == w.msg && cur.Reason == w.reason && cur.Status == v1.ConditionTrue) {
+			done()
+			return nil
+		}
+		since := metav1.Now()
+		if had && cur.Status == v1.ConditionTrue {
+			since = cur.LastTransitionTime
+		}
+		patch, err = json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": w.rv}, // only over the state judged
+			"status": map[string]any{"conditions": []any{map[string]any{
+				"type": gpu.ConditionPending, "status": v1.ConditionTrue, "reason": w.reason, "message": w.msg,
+				"lastTransitionTime": since,
+			}}},
+		})
+	}
 	if err != nil {
 		return err
 	}
 	_, err = r.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1PatchOptions, "status")
-	if err != nil {
+	switch {
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		// The pod changed or went: its update brings a new judgement.
+		done()
+		return nil
+	case err != nil:
 		return fmt.Errorf("writing the %s condition: %w", gpu.ConditionPending, err)
 	}
+	done()
+	if w.clear {
+		return nil
+	}
 	reasonWrites.Inc()
-	r.mu.Lock()
+	r.writtenMu.Lock()
 	r.written[key] = time.Now()
 	if len(r.written) > 100000 {
 		r.written = map[string]time.Time{} // bounded; a reset only allows one early write
 	}
-	r.mu.Unlock()
-	return nil
-}
-
-func (r *Reconciler) clearReason(ctx context.Context, pod *v1.Pod) error {
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []any{
-		map[string]any{"type": gpu.ConditionPending, "$patch": "delete"}}}})
-	if err != nil {
-		return err
-	}
-	_, err = r.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1PatchOptions, "status")
-	if err != nil {
-		return fmt.Errorf("removing the %s condition: %w", gpu.ConditionPending, err)
-	}
+	r.writtenMu.Unlock()
 	return nil
 }
 
@@ -479,15 +634,18 @@ func (r *Reconciler) exportAllocation() {
 	capacityMilli.Reset()
 	unhealthyGPUs.Reset()
 	for _, nv := range r.viewNow().nodes {
-		if nv.gpu.Unhealthy > 0 {
-			unhealthyGPUs.WithLabelValues(nv.node.Name, nv.gpu.Model).Set(float64(nv.gpu.Unhealthy))
+		nv.mu.Lock()
+		st := nv.gpu
+		nv.mu.Unlock()
+		if st.Unhealthy > 0 {
+			unhealthyGPUs.WithLabelValues(nv.node.Name, st.Model).Set(float64(st.Unhealthy))
 		}
-		usable := int64(nv.gpu.Usable())
+		usable := int64(st.Usable())
 		if usable == 0 {
 			continue
 		}
-		model := nv.gpu.Model
-		allocatedMilli.WithLabelValues(nv.node.Name, model).Set(float64(usable*gpu.MilliPerGPU - nv.gpu.Idle()))
+		model := st.Model
+		allocatedMilli.WithLabelValues(nv.node.Name, model).Set(float64(usable*gpu.MilliPerGPU - st.Idle()))
 		capacityMilli.WithLabelValues(nv.node.Name, model).Set(float64(usable * gpu.MilliPerGPU))
 	}
 }

@@ -30,13 +30,28 @@ type state struct {
 	pods    cache.Indexer
 }
 
-func (s *state) Tracker() *gpu.Tracker                 { return s.tracker }
-func (s *state) Scoring() gpu.Scoring                  { return gpu.DefaultScoring }
-func (s *state) Workload() *gpu.Workload               { return nil }
-func (s *state) PodsOnNode(n string) ([]*v1.Pod, bool) { return gputest.PodsOn(s.pods, n), true }
+func (s *state) Tracker() *gpu.Tracker   { return s.tracker }
+func (s *state) Scoring() gpu.Scoring    { return gpu.DefaultScoring }
+func (s *state) Workload() *gpu.Workload { return nil }
+func (s *state) PodsOnNode(n string) ([]*v1.Pod, bool) {
+	if _, ok := s.pods.GetIndexers()["node"]; ok {
+		objs, _ := s.pods.ByIndex("node", n)
+		out := make([]*v1.Pod, 0, len(objs))
+		for _, o := range objs {
+			out = append(out, o.(*v1.Pod))
+		}
+		return out, true
+	}
+	return gputest.PodsOn(s.pods, n), true
+}
 func (s *state) CurrentState(n *v1.Node) (*gpu.NodeState, bool) {
 	pods, _ := s.PodsOnNode(n.Name)
 	return s.tracker.Compute(n, pods, 0, 0, "", false), true
+}
+
+func (s *state) SameDevices(a, b *v1.Node) bool {
+	return a.Labels[gpu.LabelGPUProduct] == b.Labels[gpu.LabelGPUProduct] &&
+		a.Status.Allocatable.Name(gpu.ResourceNvidiaGPU, resource.DecimalSI).Cmp(*b.Status.Allocatable.Name(gpu.ResourceNvidiaGPU, resource.DecimalSI)) == 0
 }
 
 type env struct {
@@ -100,6 +115,11 @@ func (e *env) add(t *testing.T, objs ...runtime.Object) {
 			e.nodes.Add(x)
 		case *v1.Pod:
 			e.pods.Add(x)
+			if x.Spec.NodeName == "" {
+				// Its last attempt failed on GPUs, as GPUFit's PostFilter
+				// records it.
+				e.r.RecordRejection(x, []string{GPUFitName})
+			}
 			if _, err := e.client.Tracker().Get(v1.SchemeGroupVersion.WithResource("pods"), x.Namespace, x.Name); err != nil {
 				e.client.Tracker().Add(x)
 			}
@@ -118,10 +138,29 @@ func (e *env) patches() []string {
 	return out
 }
 
+// reconcile reconciles one pod, then lets the writer send what it judged.
 func (e *env) reconcile(t *testing.T, name string) error {
 	t.Helper()
 	logger, ctx := ktesting.NewTestContext(t)
-	return e.r.reconcile(klog.NewContext(ctx, logger), "ns/"+name)
+	ctx = klog.NewContext(ctx, logger)
+	if err := e.r.reconcile(ctx, "ns/"+name); err != nil {
+		return err
+	}
+	return e.flush(ctx)
+}
+
+// flush runs the writer until its queue is empty (keys spaced for later
+// stay there).
+func (e *env) flush(ctx context.Context) error {
+	for e.r.writeQ.Len() > 0 {
+		key, _ := e.r.writeQ.Get()
+		err := e.r.write(ctx, key)
+		e.r.writeQ.Done(key)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func TestActivatesWhenANodeFits(t *testing.T) {
@@ -143,7 +182,7 @@ func TestExplainsAndWritesOnlyOnChange(t *testing.T) {
 	if err := e.reconcile(t, "p"); err != nil {
 		t.Fatal(err)
 	}
-	want := "no node has a GPU with 500 milli free (closest: n1 gpu0, 400 free)"
+	want := "no node has a GPU with 500 milli free"
 	ps := e.patches()
 	if len(ps) != 1 || !strings.Contains(ps[0], want) || len(e.act.Activated()) != 0 {
 		t.Fatalf("want one write of %q, got %v (activations %v)", want, ps, e.act.Activated())
@@ -165,14 +204,26 @@ func TestExplainsAndWritesOnlyOnChange(t *testing.T) {
 	if n := len(e.patches()); n != 1 {
 		t.Errorf("rewrote an unchanged reason: %d writes", n)
 	}
-	// The cluster changes: the reason follows.
+	// The free amounts change, the reason does not: the message names no
+	// amount and no node, so nothing is written.
 	e.pods.Delete(boundPod("b", "n2", "n2:0=900"))
 	e.pods.Add(boundPod("b2", "n2", "n2:0=550"))
 	e.r.invalidate()
 	if err := e.reconcile(t, "p"); err != nil {
 		t.Fatal(err)
 	}
-	if ps := e.patches(); len(ps) != 2 || !strings.Contains(ps[1], "(closest: n2 gpu0, 450 free)") {
+	if n := len(e.patches()); n != 1 {
+		t.Errorf("rewrote a reason for a changed amount: %d writes", n)
+	}
+	// The cluster changes in kind: a cordoned node with free GPUs. The
+	// reason follows.
+	c := gpuNode("n3", 2, "T4")
+	c.Spec.Unschedulable = true
+	e.add(t, c)
+	if err := e.reconcile(t, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if ps := e.patches(); len(ps) != 2 || !strings.Contains(ps[1], "no node has a GPU with 500 milli free; cordoned: 1 node") {
 		t.Errorf("reason not kept current: %v", ps)
 	}
 }
@@ -193,11 +244,19 @@ func TestMessages(t *testing.T) {
 			"none of the GPUs the pod allows (nvidia.com/use-gpuuuid, nouse-gpuuuid) on 1 node", false},
 		"whole GPUs": {[]runtime.Object{gpuNode("n1", 4, "A100"), gpuNode("n2", 8, "A100"),
 			boundPod("a", "n1", "n1:0=1000"), boundPod("b", "n2", "n2:0=1000,1=1000,2=1000,3=1000,4=1000"), boundPod("b2", "n2", "n2:5=500")},
-			pendingPod("p", nil, 4), "needs 4 free GPUs on one node; most free on any node: 3 (n1)", false},
+			pendingPod("p", nil, 4), "needs 4 free GPUs on one node; no node of an allowed model has that many free", false},
+		// Free GPUs, but on nodes the pod cannot use: every node is visited
+		// and the message counts each constraint.
+		"whole GPUs, counted per node": {[]runtime.Object{gpuNode("n1", 4, "A100"), func() *v1.Node {
+			n := gpuNode("n2", 8, "A100")
+			n.Spec.Taints = []v1.Taint{{Key: "gpu", Effect: v1.TaintEffectNoSchedule}}
+			return n
+		}(), boundPod("a", "n1", "n1:0=1000")},
+			pendingPod("p", nil, 4), "needs 4 free GPUs on one node; untolerated taints on 1 node", false},
 		"model": {[]runtime.Object{gpuNode("n1", 4, "T4"), gpuNode("n2", 4, "T4"), gpuNode("n3", 4, "A100"),
 			boundPod("a", "n3", "n3:0=1000,1=1000,2=1000,3=1000")},
 			pendingPod("p", map[string]string{gpu.AnnotationModel: "A100"}, 1),
-			"needs 1 free GPU on one node; most free on any node: 0 (n3); GPU model not allowed on 2 nodes", false},
+			"needs 1 free GPU on one node; no node of an allowed model has that many free", false},
 		"invalid": {[]runtime.Object{gpuNode("n1", 4, "T4")}, pendingPod("p", map[string]string{gpu.AnnotationMilli: "lots"}, 0),
 			`invalid annotation gpu-scheduler.io/gpu-milli="lots"`, false},
 		"cpu nodes and taints": {[]runtime.Object{func() *v1.Node {
@@ -292,17 +351,18 @@ func TestFailedWriteBacksOff(t *testing.T) {
 	if err := e.reconcile(t, "p"); err == nil {
 		t.Fatal("want an error")
 	}
-	// Through the worker, a failure is requeued with per-key backoff.
+	// Through the writer, a failure is requeued with per-key backoff (the
+	// reason judged stays until written).
+	e.r.writeQ.Add("ns/p")
 	logger, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(klog.NewContext(ctx, logger))
 	defer cancel()
-	e.r.queue.Add("ns/p")
-	go e.r.worker(ctx)
+	go e.r.writer(ctx)
 	deadline := time.Now().Add(5 * time.Second)
-	for e.r.queue.NumRequeues("ns/p") < 3 && time.Now().Before(deadline) {
+	for e.r.writeQ.NumRequeues("ns/p") < 3 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := e.r.queue.NumRequeues("ns/p"); n < 3 {
+	if n := e.r.writeQ.NumRequeues("ns/p"); n < 3 {
 		t.Errorf("want backoff retries, got %d", n)
 	}
 }
@@ -337,13 +397,145 @@ func TestReasonWritesAreSpaced(t *testing.T) {
 	if err := e.reconcile(t, "p"); err != nil {
 		t.Fatal(err)
 	}
-	e.pods.Delete(boundPod("a", "n1", "n1:0=700"))
-	e.pods.Add(boundPod("a2", "n1", "n1:0=800"))
-	e.r.invalidate()
+	// The reason changes (a cordoned node with a free GPU), but not before
+	// the interval ends.
+	c := gpuNode("n2", 1, "T4")
+	c.Spec.Unschedulable = true
+	e.add(t, c)
 	if err := e.reconcile(t, "p"); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(e.patches()); n != 1 {
 		t.Errorf("want the second write deferred, got %d writes", n)
+	}
+}
+
+// The reconciler activates a pod only when its last attempt failed on
+// nothing but what the reconciler re-checks; a pod held by anything else is
+// left to the scheduler's hints and backoff, and gets no GPU reason either.
+func TestActivatesOnlyWhatItJudges(t *testing.T) {
+	withStorage := pendingPod("p", nil, 1)
+	withStorage.Spec.Containers[0].Resources.Requests[v1.ResourceEphemeralStorage] = resource.MustParse("1Gi")
+	for name, tc := range map[string]struct {
+		pod      *v1.Pod
+		rejected []string // nil: no attempt recorded
+		activate bool
+	}{
+		"GPUs only":                         {pendingPod("p", nil, 1), []string{GPUFitName}, true},
+		"GPUs and taints":                   {pendingPod("p", nil, 1), []string{GPUFitName, "TaintToleration", "NodeAffinity", "NodeUnschedulable"}, true},
+		"GPUs and CPU":                      {pendingPod("p", nil, 1), []string{GPUFitName, "NodeResourcesFit"}, true},
+		"anti-affinity":                     {pendingPod("p", nil, 1), []string{GPUFitName, "InterPodAffinity"}, false},
+		"a volume":                          {pendingPod("p", nil, 1), []string{"VolumeBinding"}, false},
+		"no status plugin":                  {pendingPod("p", nil, 1), []string{""}, false},
+		"NodeResourcesFit, storage unknown": {withStorage, []string{GPUFitName, "NodeResourcesFit"}, false},
+		"no attempt recorded":               {pendingPod("p", nil, 1), nil, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			e.add(t, gpuNode("n1", 1, "T4"), tc.pod)
+			e.r.rejections.Delete(tc.pod.UID)
+			if tc.rejected != nil {
+				e.r.RecordRejection(tc.pod, tc.rejected)
+			}
+			if err := e.reconcile(t, "p"); err != nil {
+				t.Fatal(err)
+			}
+			if got := len(e.act.Activated()) == 1; got != tc.activate {
+				t.Errorf("activated: %v, want %v", got, tc.activate)
+			}
+			if len(e.patches()) != 0 {
+				t.Errorf("a pod whose GPUs are free got a reason: %v", e.patches())
+			}
+		})
+	}
+}
+
+// Only events that can free or add GPU capacity wake the reconciler: CPU
+// pods come and go, GPU Feature Discovery rewrites a timestamp label on
+// every node every minute, and neither frees a device.
+func TestWakesOnlyOnGPUCapacity(t *testing.T) {
+	n := gpuNode("n1", 2, "T4")
+	relabelled := n.DeepCopy()
+	relabelled.Labels["nvidia.com/gfd.timestamp"] = "1764510000"
+	grown := n.DeepCopy()
+	grown.Status.Allocatable[gpu.ResourceNvidiaGPU] = resource.MustParse("3")
+	cpuPod := boundPod("cpu", "n1", "")
+	gpuPod := boundPod("g", "n1", "n1:0=1000")
+	done := gpuPod.DeepCopy()
+	done.Status.Phase = v1.PodSucceeded
+	cpuDone := cpuPod.DeepCopy()
+	cpuDone.Status.Phase = v1.PodSucceeded
+	cpuNode := gpuNode("cpu-node", 0, "")
+	for name, tc := range map[string]struct {
+		event func(r *Reconciler)
+		wake  bool
+	}{
+		"CPU pod deleted":        {func(r *Reconciler) { r.onPodDelete(cpuPod) }, false},
+		"GPU pod deleted":        {func(r *Reconciler) { r.onPodDelete(gpuPod) }, true},
+		"GPU pod deleted, tomb":  {func(r *Reconciler) { r.onPodDelete(cache.DeletedFinalStateUnknown{Obj: gpuPod}) }, true},
+		"GPU pod finished":       {func(r *Reconciler) { r.onPod(gpuPod, done) }, true},
+		"CPU pod finished":       {func(r *Reconciler) { r.onPod(cpuPod, cpuDone) }, false},
+		"GPU pod status":         {func(r *Reconciler) { r.onPod(gpuPod, gpuPod.DeepCopy()) }, false},
+		"GFD timestamp label":    {func(r *Reconciler) { r.onNodeUpdate(n, relabelled) }, false},
+		"GPU allocatable grew":   {func(r *Reconciler) { r.onNodeUpdate(n, grown) }, true},
+		"GPU node added":         {func(r *Reconciler) { r.onNodeAdd(n) }, true},
+		"node without GPU added": {func(r *Reconciler) { r.onNodeAdd(cpuNode) }, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			tc.event(e.r)
+			if got := len(e.r.dirty) == 1; got != tc.wake {
+				t.Errorf("woke: %v, want %v", got, tc.wake)
+			}
+		})
+	}
+}
+
+// Workers check in parallel, without a global lock: one free device still
+// wakes exactly one of many pods (run with -race).
+func TestParallelChecksBookOnce(t *testing.T) {
+	e := newEnv(t)
+	e.add(t, gpuNode("n1", 1, "T4"), gpuNode("n2", 2, "T4"), boundPod("a", "n2", "n2:0=1000,1=1000"))
+	var names []string
+	for i := 0; i < 64; i++ {
+		n := "p" + string(rune('a'+i/26)) + string(rune('a'+i%26))
+		names = append(names, n)
+		e.add(t, pendingPod(n, nil, 1))
+	}
+	logger, ctx := ktesting.NewTestContext(t)
+	ctx = klog.NewContext(ctx, logger)
+	done := make(chan error, len(names))
+	for _, n := range names {
+		go func() { done <- e.r.reconcile(ctx, "ns/"+n) }()
+	}
+	for range names {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(e.act.Activated()); n != 1 {
+		t.Errorf("want one activation for one free device, got %d", n)
+	}
+}
+
+// Verdicts are shared by pods of one shape only: a pod that tolerates a
+// taint is not told what a pod that does not was told.
+func TestShapesDoNotLeak(t *testing.T) {
+	e := newEnv(t)
+	tainted := gpuNode("n1", 1, "T4")
+	tainted.Spec.Taints = []v1.Taint{{Key: "gpu", Effect: v1.TaintEffectNoSchedule}}
+	tolerant := pendingPod("q", nil, 1)
+	tolerant.Spec.Tolerations = []v1.Toleration{{Key: "gpu", Operator: v1.TolerationOpExists}}
+	e.add(t, tainted, pendingPod("p", nil, 1), tolerant)
+	for _, n := range []string{"p", "q"} {
+		if err := e.reconcile(t, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a := e.act.Activated(); len(a) != 1 || a[0] != "ns/q" {
+		t.Errorf("want only q activated, got %v", a)
+	}
+	if ps := e.patches(); len(ps) != 1 || !strings.Contains(ps[0], "untolerated taints on 1 node") {
+		t.Errorf("want p explained, got %v", ps)
 	}
 }

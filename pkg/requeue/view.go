@@ -1,23 +1,32 @@
 package requeue
 
 import (
+	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 	v1helper "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
 
 // nodeView is what the reconciler knows of a node: its GPU state (pods and
 // reservations, from the informers) and the CPU, memory and pod slots left.
+// Bookings change it: mu guards the mutable part.
 type nodeView struct {
-	node    *v1.Node
+	node *v1.Node
+
+	mu      sync.Mutex
 	gpu     *gpu.NodeState
 	cpuFree int64
 	memFree int64
@@ -25,9 +34,78 @@ type nodeView struct {
 }
 
 // view is the cluster, as of one moment. Activations book into it, so that
-// one freed device wakes one pod, not every pod waiting for it.
+// one freed device wakes one pod, not every pod waiting for it. Checks run
+// in parallel; each node has its own lock.
 type view struct {
 	nodes []*nodeView
+	built time.Time
+	// groups bound what any node of a model could give, so that a pod that
+	// fits nowhere is told so without visiting every node. Bookings only
+	// take capacity: the bounds stay upper bounds.
+	groups map[string]*capacityGroup
+	// shapes holds the verdicts of pods no node could take, by what the
+	// verdict depends on: a backlog of replicas is judged once per view.
+	// Bookings only take capacity, so a verdict of no room stays true.
+	shapes sync.Map
+}
+
+// capacityGroup is the most any node of one GPU model has free (agent
+// nodes form one group: their devices carry their own models).
+type capacityGroup struct {
+	model, fold  string
+	agent        bool
+	maxFullyFree int32
+	maxFree      int32
+}
+
+func newView() *view { return &view{built: time.Now(), groups: map[string]*capacityGroup{}} }
+
+// add puts a node in the view and in its capacity group.
+func (v *view) add(nv *nodeView) {
+	v.nodes = append(v.nodes, nv)
+	st := nv.gpu
+	if st.Count == 0 || st.Overcommitted {
+		return
+	}
+	key, agent := st.Model, st.Devices != nil
+	if agent {
+		key = "\x00agent"
+	}
+	g := v.groups[key]
+	if g == nil {
+		g = &capacityGroup{model: st.Model, fold: st.ModelFold, agent: agent}
+		v.groups[key] = g
+	}
+	g.maxFullyFree = max(g.maxFullyFree, st.FullyFree())
+	for i := int32(0); i < st.Count; i++ {
+		g.maxFree = max(g.maxFree, st.Free[i])
+	}
+}
+
+// fitsNowhere reports, from the capacity groups alone, that no node can
+// take the request's GPUs now: too few free devices on any node of an
+// allowed model, or no free capacity at all. False means: look closer.
+func (v *view) fitsNowhere(req *gpu.Request) bool {
+	for _, g := range v.groups {
+		if !g.agent && !req.Models.Empty() && !req.Models.Matches(g.model, g.fold) {
+			continue
+		}
+		switch {
+		case req.Count > 0:
+			if g.maxFullyFree >= req.Count {
+				return false
+			}
+		case req.Milli > 0 && !g.agent:
+			if g.maxFree >= req.Milli {
+				return false
+			}
+		default:
+			if g.maxFree > 0 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // podRequests is the pod's effective CPU (milli) and memory (bytes).
@@ -68,19 +146,75 @@ type verdict struct {
 	message string
 }
 
+// checkShape is check, once per pod shape and view for pods that fit
+// nowhere.
+func (v *view) checkShape(logger klog.Logger, pod *v1.Pod, req *gpu.Request, sc gpu.Scoring, wl *gpu.Workload, book bool) verdict {
+	if v.fitsNowhere(req) {
+		return verdict{message: gpuShortMessage(req, len(v.nodes))}
+	}
+	key, ok := shapeKey(pod)
+	if ok {
+		if vd, hit := v.shapes.Load(key); hit {
+			return vd.(verdict)
+		}
+	}
+	vd := v.check(logger, pod, req, sc, wl, book)
+	if ok && vd.fits == nil {
+		v.shapes.Store(key, vd)
+	}
+	return vd
+}
+
+// shape is everything check reads of a pod: its GPU request (annotations
+// and resources), CPU and memory, tolerations, and node selection.
+type shape struct {
+	Annotations  map[string]string           `json:"a,omitempty"`
+	Resources    []v1.ResourceRequirements   `json:"r"`
+	Init         []v1.ContainerRestartPolicy `json:"i,omitempty"`
+	PodLevel     *v1.ResourceRequirements    `json:"p,omitempty"`
+	Overhead     v1.ResourceList             `json:"o,omitempty"`
+	Tolerations  []v1.Toleration             `json:"t,omitempty"`
+	NodeSelector map[string]string           `json:"s,omitempty"`
+	NodeAffinity *v1.NodeAffinity            `json:"n,omitempty"`
+}
+
+func shapeKey(pod *v1.Pod) (string, bool) {
+	sh := shape{Tolerations: pod.Spec.Tolerations, NodeSelector: pod.Spec.NodeSelector, Overhead: pod.Spec.Overhead, PodLevel: pod.Spec.Resources}
+	if pod.Spec.Affinity != nil {
+		sh.NodeAffinity = pod.Spec.Affinity.NodeAffinity
+	}
+	for _, k := range gpu.RequestAnnotations {
+		if val, ok := pod.Annotations[k]; ok {
+			if sh.Annotations == nil {
+				sh.Annotations = map[string]string{}
+			}
+			sh.Annotations[k] = val
+		}
+	}
+	for _, c := range pod.Spec.InitContainers {
+		sh.Resources = append(sh.Resources, c.Resources)
+		sh.Init = append(sh.Init, ptr.Deref(c.RestartPolicy, ""))
+	}
+	for _, c := range pod.Spec.Containers {
+		sh.Resources = append(sh.Resources, c.Resources)
+	}
+	b, err := json.Marshal(sh)
+	return string(b), err == nil
+}
+
 // check decides whether some node could take the pod now, and otherwise
-// explains why none can, specifically: which resource is short, by how much,
-// and the closest node.
-func (v *view) check(logger klog.Logger, pod *v1.Pod, req *gpu.Request, sc gpu.Scoring, wl *gpu.Workload) verdict {
+// explains why none can: which resource is short, and on how many nodes
+// each constraint failed. The message names no node and no free amount, so
+// that it changes only when the cluster does, not on every pass. With book,
+// the node found takes the pod's share in the view.
+func (v *view) check(logger klog.Logger, pod *v1.Pod, req *gpu.Request, sc gpu.Scoring, wl *gpu.Workload, book bool) verdict {
+	if v.fitsNowhere(req) {
+		return verdict{message: gpuShortMessage(req, len(v.nodes))}
+	}
 	cpu, mem := podRequests(pod)
 	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
 	var cats [numCats]int
-	outcomes := map[gpu.Outcome]int{}
-	// Closest candidates among the nodes that pass everything but the GPUs.
-	var bestShare *nodeView
-	bestShareFree, bestShareDev := int32(-1), -1
-	var bestWhole *nodeView
-	bestWholeFree := int32(-1)
+	var outcomes [numOutcomes]int
 	for _, nv := range v.nodes {
 		if nv.node.Spec.Unschedulable {
 			cats[catCordoned]++
@@ -94,57 +228,37 @@ func (v *view) check(logger klog.Logger, pod *v1.Pod, req *gpu.Request, sc gpu.S
 			cats[catAffinity]++
 			continue
 		}
+		nv.mu.Lock()
 		if nv.cpuFree < cpu || nv.memFree < mem || nv.podFree < 1 {
+			nv.mu.Unlock()
 			cats[catResources]++
 			continue
 		}
-		out, devices, milli := nv.gpu.Fit(req)
+		out, _, _ := nv.gpu.Fit(req)
 		if out == gpu.Fits {
 			if c, _, ok := sc.Evaluate(nv.gpu, req, wl); ok {
+				if book {
+					nv.book(cpu, mem, c)
+				}
+				nv.mu.Unlock()
 				return verdict{fits: nv, choice: c}
 			}
 			out = gpu.TooFewFreeDevices
 		}
+		nv.mu.Unlock()
 		cats[catGPU]++
-		outcomes[out]++
-		switch out {
-		case gpu.NoDeviceWithShare:
-			for i := 0; i < int(nv.gpu.Count); i++ {
-				if f := nv.gpu.Free[i]; f > bestShareFree && f < milli {
-					bestShare, bestShareFree, bestShareDev = nv, f, i
-				}
-			}
-		case gpu.TooFewFreeDevices:
-			if f := nv.gpu.FullyFree(); f > bestWholeFree && devices > 0 {
-				bestWhole, bestWholeFree = nv, f
-			}
+		if int(out) < numOutcomes {
+			outcomes[out]++
 		}
 	}
 
 	var parts []string
-	devices, milli, _ := req.PerDevice(0)
 	if req.Shared() && outcomes[gpu.NoDeviceWithShare] > 0 {
-		what := fmt.Sprintf("%d milli", milli)
-		switch {
-		case req.MemoryMiB > 0:
-			what = fmt.Sprintf("%d MiB of memory", req.MemoryMiB)
-		case req.ShareCount > 0 && req.Share.MemoryMiB > 0:
-			what = fmt.Sprintf("%d MiB of memory and %d%% of the SMs", req.Share.MemoryMiB, req.Share.Cores)
-		case req.ShareCount > 0:
-			what = fmt.Sprintf("%d%% of the memory and %d%% of the SMs", req.Share.Permille/10, req.Share.Cores)
-		}
-		s := fmt.Sprintf("no node has a GPU with %s free", what)
-		if bestShare != nil {
-			s += fmt.Sprintf(" (closest: %s gpu%d, %d free)", bestShare.node.Name, bestShareDev, bestShareFree)
-		}
-		parts = append(parts, s)
+		parts = append(parts, shareShortMessage(req))
 	}
 	if outcomes[gpu.TooFewFreeDevices] > 0 {
-		s := fmt.Sprintf("needs %d free GPU%s on one node", devices, plural(int(devices)))
-		if bestWhole != nil {
-			s += fmt.Sprintf("; most free on any node: %d (%s)", bestWholeFree, bestWhole.node.Name)
-		}
-		parts = append(parts, s)
+		devices, _, _ := req.PerDevice(0)
+		parts = append(parts, fmt.Sprintf("needs %d free GPU%s on one node", devices, plural(int(devices))))
 	}
 	add := func(n int, format string) {
 		if n > 0 {
@@ -170,6 +284,35 @@ func (v *view) check(logger klog.Logger, pod *v1.Pod, req *gpu.Request, sc gpu.S
 	return verdict{message: strings.Join(parts, "; ")}
 }
 
+// numOutcomes bounds gpu.Outcome values counted by check.
+const numOutcomes = 32
+
+// shareShortMessage says what share no device has free.
+func shareShortMessage(req *gpu.Request) string {
+	_, milli, _ := req.PerDevice(0)
+	what := fmt.Sprintf("%d milli", milli)
+	switch {
+	case req.MemoryMiB > 0:
+		what = fmt.Sprintf("%d MiB of memory", req.MemoryMiB)
+	case req.ShareCount > 0 && req.Share.MemoryMiB > 0:
+		what = fmt.Sprintf("%d MiB of memory and %d%% of the SMs", req.Share.MemoryMiB, req.Share.Cores)
+	case req.ShareCount > 0:
+		what = fmt.Sprintf("%d%% of the memory and %d%% of the SMs", req.Share.Permille/10, req.Share.Cores)
+	}
+	return fmt.Sprintf("no node has a GPU with %s free", what)
+}
+
+// gpuShortMessage explains a pod that the capacity groups rule out.
+func gpuShortMessage(req *gpu.Request, nodes int) string {
+	if nodes == 0 {
+		return "no nodes"
+	}
+	if req.Count > 0 {
+		return fmt.Sprintf("needs %d free GPU%s on one node; no node of an allowed model has that many free", req.Count, plural(int(req.Count)))
+	}
+	return shareShortMessage(req)
+}
+
 func plural(n int) string {
 	if n == 1 {
 		return ""
@@ -181,15 +324,49 @@ func doNotSchedule(t *v1.Taint) bool {
 	return t.Effect == v1.TaintEffectNoSchedule || t.Effect == v1.TaintEffectNoExecute
 }
 
-// book takes the pod's share of the node in the view.
-func (nv *nodeView) book(pod *v1.Pod, c gpu.Choice) {
-	cpu, mem := podRequests(pod)
+// book takes the pod's share of the node in the view (nv.mu held).
+func (nv *nodeView) book(cpu, mem int64, c gpu.Choice) {
 	nv.cpuFree -= cpu
 	nv.memFree -= mem
 	nv.podFree--
 	st := nv.gpu.Clone()
 	st.TakeChoice(c)
 	nv.gpu = st
+}
+
+// rechecks reports whether every plugin that rejected the pod's nodes is one
+// whose condition the view re-checks exactly: GPUFit, cordon, taints, node
+// affinity, and NodeResourcesFit for a pod that asks only for CPU, memory
+// and GPUs.
+func rechecks(pod *v1.Pod, plugins []string, opts gpu.RequestOptions) bool {
+	for _, p := range plugins {
+		switch p {
+		case GPUFitName, names.NodeUnschedulable, names.TaintToleration, names.NodeAffinity:
+		case names.NodeResourcesFit:
+			if !onlyModelledResources(pod, opts) {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// GPUFitName is the plugin's name (the framework's status names it).
+const GPUFitName = "GPUFit"
+
+func onlyModelledResources(pod *v1.Pod, opts gpu.RequestOptions) bool {
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	for name := range reqs {
+		switch {
+		case name == v1.ResourceCPU || name == v1.ResourceMemory || name == v1.ResourcePods:
+		case slices.Contains(opts.ResourceNames, name) || strings.HasPrefix(string(name), "nvidia.com/gpu"):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // sortedNames lists node names (stable messages and tests).

@@ -66,6 +66,10 @@ type RequeueArgs struct {
 	ExplainPending bool
 	// ExplainMinIntervalSeconds spaces rewrites of one pod's reason.
 	ExplainMinIntervalSeconds int32
+	// ExplainQPS and ExplainBurst rate-limit the reason writes (their own
+	// client).
+	ExplainQPS   int32
+	ExplainBurst int32
 }
 
 // GPUScoreArgs configures GPUScore.

@@ -87,6 +87,8 @@ type GPUFit struct {
 	// the server: the API server's default request timeout, plus margin.
 	// (Atomic: tests shorten it while a check runs.)
 	inFlight atomic.Int64
+	// rec is the profile's requeue reconciler (nil when off).
+	rec *requeue.Reconciler
 	// memo is the last event the queueing hints judged.
 	memo atomic.Pointer[hintMemo]
 }
@@ -160,10 +162,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 				BackoffMax:    time.Duration(r.BackoffMaxSeconds) * time.Second,
 				Explain:       r.ExplainPending,
 				ExplainEvery:  time.Duration(r.ExplainMinIntervalSeconds) * time.Second,
-			}, s, h, h.ClientSet(), pods, nodes, pl.reqOpts, s.Leading)
+			}, s, h, explainClient(h, r.ExplainQPS, r.ExplainBurst), pods, nodes, pl.reqOpts, s.Leading)
 			if err != nil {
 				return nil, err
 			}
+			pl.rec = rec
 			s.OnRelease(rec.MarkDirty)
 			go rec.Run(ctx)
 		}

@@ -3,6 +3,7 @@ package gpufit
 import (
 	"context"
 	"time"
+	"unsafe"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -49,6 +50,27 @@ type hintMemo struct {
 	relevant bool
 	node     *v1.Node
 	st       *gpu.NodeState
+	// What st was computed from, besides node: the pods on it and the
+	// tracker's version of it. The state is reused only while they hold.
+	pods podsPrint
+	ver  uint64
+}
+
+// podsPrint identifies a set of pod objects (the informer replaces an
+// object on every change, and lists a node's pods in no fixed order).
+type podsPrint struct {
+	n        int
+	sum, xor uintptr
+}
+
+func printOf(pods []*v1.Pod) podsPrint {
+	p := podsPrint{n: len(pods)}
+	for _, pod := range pods {
+		u := uintptr(unsafe.Pointer(pod))
+		p.sum += u
+		p.xor ^= u
+	}
+	return p
 }
 
 const (
@@ -57,13 +79,11 @@ const (
 	memoUpdate
 )
 
-// memoTTL bounds how long one event's device state is reused: the queue
-// replays events that came during a pod's cycle when the cycle ends, and
-// those calls should see a state no older than that.
-const memoTTL = 100 * time.Millisecond
+// memoTTL bounds how long one event's judgement is reused.
+const memoTTL = time.Second
 
 func (pl *GPUFit) eventMemo(kind uint8, oldObj, newObj interface{}, judge func(m *hintMemo)) *hintMemo {
-	if m := pl.memo.Load(); m != nil && m.kind == kind && m.old == oldObj && m.new == newObj && time.Since(m.at) < memoTTL {
+	if m := pl.memo.Load(); m != nil && m.kind == kind && m.old == oldObj && m.new == newObj && time.Since(m.at) < memoTTL && pl.current(m) {
 		return m
 	}
 	m := &hintMemo{kind: kind, old: oldObj, new: newObj, at: time.Now()}
@@ -79,13 +99,30 @@ func (pl *GPUFit) judgeNode(m *hintMemo, node *v1.Node) {
 	if node == nil {
 		return
 	}
-	if st, ok := pl.shared.CurrentState(node); ok {
-		m.st = st
+	if pods, ok := pl.shared.PodsOnNode(node.Name); ok {
+		// The version first: a change after it only makes the memo stale.
+		m.ver = pl.shared.Tracker().NodeVersion(node.Name)
+		m.pods = printOf(pods)
+		m.st = pl.shared.Tracker().Compute(node, pods, 0, 0, "", false)
 	} else {
 		// Without an informer only the inventory is known: answer Queue
 		// whenever it could host the pod.
 		m.st = gpu.NewNodeState(node.Name, gpu.ReadInventory(node, pl.shared.Tracker().Options()), 0)
 	}
+}
+
+// current reports whether a memo's device state still is the level truth:
+// the queue also replays events that came during a pod's cycle when the
+// cycle ends, after the cluster may have moved on.
+func (pl *GPUFit) current(m *hintMemo) bool {
+	if m.st == nil || m.node == nil {
+		return true // judged from the objects alone
+	}
+	if pl.shared.Tracker().NodeVersion(m.node.Name) != m.ver {
+		return false
+	}
+	pods, ok := pl.shared.PodsOnNode(m.node.Name)
+	return !ok || printOf(pods) == m.pods
 }
 
 // fitsNow is the level check of one pod against the event's node state.
@@ -117,7 +154,7 @@ func (pl *GPUFit) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, 
 			m.err = err
 			return
 		}
-		if old != nil && pl.sameDevices(old, node) {
+		if old != nil && pl.shared.SameDevices(old, node) {
 			// A GFD timestamp, a node lock taken or released, a
 			// heartbeat: no device came or went.
 			return
@@ -131,37 +168,6 @@ func (pl *GPUFit) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, 
 		return fwk.QueueSkip, nil
 	}
 	return pl.fitsNow(logger, pod, m), nil
-}
-
-// sameDevices reports whether two versions of a node report the same GPUs:
-// only what the device inventory reads (the product and memory labels, the
-// GPU resources, the device agent's registration and cordon), not the other
-// labels, which GPU Feature Discovery alone rewrites every minute.
-func (pl *GPUFit) sameDevices(a, b *v1.Node) bool {
-	opts := pl.shared.Tracker().Options()
-	if a.Labels[opts.ProductLabel] != b.Labels[opts.ProductLabel] || a.Labels[opts.MemoryLabel] != b.Labels[opts.MemoryLabel] ||
-		a.Annotations[hami.AnnotationRegister] != b.Annotations[hami.AnnotationRegister] ||
-		a.Annotations[hami.AnnotationCordon] != b.Annotations[hami.AnnotationCordon] ||
-		!sameQuantity(a, b, hami.ResourceGPU) {
-		return false
-	}
-	for _, r := range opts.ResourceNames {
-		if !sameQuantity(a, b, r) {
-			return false
-		}
-	}
-	return true
-}
-
-func sameQuantity(a, b *v1.Node, r v1.ResourceName) bool {
-	qa, oka := a.Status.Allocatable[r]
-	qb, okb := b.Status.Allocatable[r]
-	if oka != okb || qa.Cmp(qb) != 0 {
-		return false
-	}
-	qa, oka = a.Status.Capacity[r]
-	qb, okb = b.Status.Capacity[r]
-	return oka == okb && qa.Cmp(qb) == 0
 }
 
 // usesGPU is whether a bound pod holds devices: what it requests, whoever

@@ -78,6 +78,8 @@ func Convert_v1_GPUFitArgs_To_config_GPUFitArgs(in *GPUFitArgs, out *config.GPUF
 			QueueingHints:             ptr.Deref(r.QueueingHints, false),
 			ExplainPending:            ptr.Deref(r.ExplainPending, false),
 			ExplainMinIntervalSeconds: ptr.Deref(r.ExplainMinIntervalSeconds, 0),
+			ExplainQPS:                ptr.Deref(r.ExplainQPS, 0),
+			ExplainBurst:              ptr.Deref(r.ExplainBurst, 0),
 		}
 	}
 }
@@ -100,6 +102,8 @@ func Convert_config_GPUFitArgs_To_v1_GPUFitArgs(in *config.GPUFitArgs, out *GPUF
 		QueueingHints:             ptr.To(r.QueueingHints),
 		ExplainPending:            ptr.To(r.ExplainPending),
 		ExplainMinIntervalSeconds: ptr.To(r.ExplainMinIntervalSeconds),
+		ExplainQPS:                ptr.To(r.ExplainQPS),
+		ExplainBurst:              ptr.To(r.ExplainBurst),
 	}
 }
 

@@ -29,7 +29,7 @@ func (in *GPUFitArgs) DeepCopyObject() runtime.Object {
 		out.Requeue = &RequeueArgs{Enabled: clonePtr(r.Enabled), Workers: clonePtr(r.Workers),
 			ResyncPeriodSeconds: clonePtr(r.ResyncPeriodSeconds), BackoffBaseMilliseconds: clonePtr(r.BackoffBaseMilliseconds),
 			BackoffMaxSeconds: clonePtr(r.BackoffMaxSeconds), QueueingHints: clonePtr(r.QueueingHints), ExplainPending: clonePtr(r.ExplainPending),
-			ExplainMinIntervalSeconds: clonePtr(r.ExplainMinIntervalSeconds)}
+			ExplainMinIntervalSeconds: clonePtr(r.ExplainMinIntervalSeconds), ExplainQPS: clonePtr(r.ExplainQPS), ExplainBurst: clonePtr(r.ExplainBurst)}
 	}
 	return out
 }

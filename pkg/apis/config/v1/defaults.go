@@ -67,6 +67,12 @@ func SetDefaults_GPUFitArgs(obj *GPUFitArgs) {
 	if r.ExplainMinIntervalSeconds == nil {
 		r.ExplainMinIntervalSeconds = ptr.To[int32](5)
 	}
+	if r.ExplainQPS == nil {
+		r.ExplainQPS = ptr.To[int32](5)
+	}
+	if r.ExplainBurst == nil {
+		r.ExplainBurst = ptr.To[int32](10)
+	}
 }
 
 // SetDefaults_GPUScoreArgs fills GPUScoreArgs.

@@ -74,6 +74,12 @@ type RequeueArgs struct {
 	// every pending pod would be rewritten each time. The reason converges to
 	// the current one when the interval ends. Default: 5.
 	ExplainMinIntervalSeconds *int32 `json:"explainMinIntervalSeconds,omitempty"`
+	// ExplainQPS and ExplainBurst rate-limit the reason writes, on a client
+	// of their own: at tens of thousands of pending pods they must never
+	// delay a bind, which goes through the scheduler's client. Defaults: 5
+	// and 10.
+	ExplainQPS   *int32 `json:"explainQPS,omitempty"`
+	ExplainBurst *int32 `json:"explainBurst,omitempty"`
 }
 
 // GPUScoreArgs configures GPUScore.

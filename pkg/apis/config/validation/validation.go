@@ -73,6 +73,12 @@ func ValidateGPUFitArgs(path *field.Path, args *config.GPUFitArgs) error {
 	if r.ExplainMinIntervalSeconds < 0 {
 		errs = append(errs, field.Invalid(rp.Child("explainMinIntervalSeconds"), r.ExplainMinIntervalSeconds, "must not be negative"))
 	}
+	if r.ExplainQPS < 1 || r.ExplainQPS > 1000 {
+		errs = append(errs, field.Invalid(rp.Child("explainQPS"), r.ExplainQPS, "must be from 1 to 1000"))
+	}
+	if r.ExplainBurst < 1 || r.ExplainBurst > 10000 {
+		errs = append(errs, field.Invalid(rp.Child("explainBurst"), r.ExplainBurst, "must be from 1 to 10000"))
+	}
 	return errs.ToAggregate()
 }
 

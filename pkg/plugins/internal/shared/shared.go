@@ -19,6 +19,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
 
@@ -378,6 +379,37 @@ func (s *Shared) CurrentState(node *v1.Node) (*gpu.NodeState, bool) {
 		return nil, false
 	}
 	return s.Tracker().Compute(node, pods, 0, 0, "", false), true
+}
+
+// SameDevices reports whether two versions of a node report the same GPUs:
+// only what the device inventory reads (the product and memory labels, the
+// GPU resources, the device agent's registration and cordon), not the other
+// labels, which GPU Feature Discovery alone rewrites every minute.
+func (s *Shared) SameDevices(a, b *v1.Node) bool {
+	opts := s.Tracker().Options()
+	if a.Labels[opts.ProductLabel] != b.Labels[opts.ProductLabel] || a.Labels[opts.MemoryLabel] != b.Labels[opts.MemoryLabel] ||
+		a.Annotations[hami.AnnotationRegister] != b.Annotations[hami.AnnotationRegister] ||
+		a.Annotations[hami.AnnotationCordon] != b.Annotations[hami.AnnotationCordon] ||
+		!sameQuantity(a, b, hami.ResourceGPU) {
+		return false
+	}
+	for _, r := range opts.ResourceNames {
+		if !sameQuantity(a, b, r) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameQuantity(a, b *v1.Node, r v1.ResourceName) bool {
+	qa, oka := a.Status.Allocatable[r]
+	qb, okb := b.Status.Allocatable[r]
+	if oka != okb || qa.Cmp(qb) != 0 {
+		return false
+	}
+	qa, oka = a.Status.Capacity[r]
+	qb, okb = b.Status.Capacity[r]
+	return oka == okb && qa.Cmp(qb) == 0
 }
 
 // AllPods lists every pod in the informer (nil without one).

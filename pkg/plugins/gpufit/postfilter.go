@@ -1,0 +1,57 @@
+package gpufit
+
+import (
+	"context"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+var _ fwk.PostFilterPlugin = &GPUFit{}
+
+// PostFilter makes no pod schedulable: it tells the requeue reconciler which
+// plugins rejected the pod's nodes, so that the reconciler activates only a
+// pod whose every rejection it re-checks. A pod held by anything else (an
+// anti-affinity, a volume, a port) is left to the scheduler's hints and
+// backoff. It runs after DefaultPreemption, and only when that nominated
+// nothing.
+func (pl *GPUFit) PostFilter(_ context.Context, _ fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	if pl.rec == nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	nodes, err := pl.handle.SnapshotSharedLister().NodeInfos().List()
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	// A handful of plugins at most: a slice beats a set.
+	var plugins []string
+	for _, ni := range nodes {
+		s := statuses.Get(ni.Node().Name)
+		name := ""
+		if s != nil {
+			name = s.Plugin()
+		}
+		if !slices.Contains(plugins, name) {
+			plugins = append(plugins, name)
+		}
+	}
+	pl.rec.RecordRejection(pod, plugins)
+	return nil, fwk.NewStatus(fwk.Unschedulable)
+}
+
+// explainClient is the client of the pending reasons: a rate limit of its
+// own, so that tens of thousands of pending pods never delay a bind.
+func explainClient(h fwk.Handle, qps, burst int32) kubernetes.Interface {
+	if c := h.KubeConfig(); c != nil {
+		cfg := rest.CopyConfig(c)
+		cfg.QPS, cfg.Burst, cfg.RateLimiter = float32(qps), int(burst), nil
+		cfg = rest.AddUserAgent(cfg, "pending-reasons")
+		if cs, err := kubernetes.NewForConfig(cfg); err == nil {
+			return cs
+		}
+	}
+	return h.ClientSet()
+}
