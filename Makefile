@@ -15,7 +15,7 @@ LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.37.2 \
 PKGS := ./...
 UNIT_PKGS = $$($(GO) list ./... | grep -v /test/)
 
-.PHONY: all build binaries run test unit integration e2e e2e-kind image lint bench bench-requeue bench-openb bench-throughput fuzz manifests clean help
+.PHONY: all build binaries run test unit integration e2e e2e-kind image lint bench bench-requeue bench-openb bench-throughput bench-churn fuzz manifests clean help
 
 all: build
 
@@ -124,6 +124,16 @@ PODS ?= 10000
 bench-throughput: binaries
 	$(GO) test -count=1 -timeout 90m -run '^$$' -bench 'BenchmarkThroughput' -benchtime 1x ./test/bench/ \
 		-args -nodes $(NODES) -pods $(PODS) $(if $(ROUNDS),-rounds $(ROUNDS)) $(if $(PPROF),-pprof $(abspath $(PPROF))) $(if $(JSON),-json $(abspath $(JSON))) $(BENCH_ARGS) \
+		2>&1 | grep -vE '^[IWE][0-9]{4} ' ; exit $${PIPESTATUS[0]}
+
+# The stream of GPU pods that fit, bound quiet and under churn (a backlog of
+# GPU pods that fit nowhere, GFD relabelling every node once a minute, CPU
+# pods created and deleted), by gpu-scheduler and by the vanilla scheduler.
+BACKLOG ?= 20000
+STREAM ?= 5000
+bench-churn: binaries
+	$(GO) test -count=1 -timeout 150m -run '^$$' -bench 'BenchmarkChurn' -benchtime 1x ./test/bench/ \
+		-args -nodes $(NODES) -backlog $(BACKLOG) -stream $(STREAM) $(if $(JSON),-json $(abspath $(JSON))) $(BENCH_ARGS) \
 		2>&1 | grep -vE '^[IWE][0-9]{4} ' ; exit $${PIPESTATUS[0]}
 
 fuzz:

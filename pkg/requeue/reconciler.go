@@ -387,7 +387,11 @@ func (r *Reconciler) RecordRejection(pod *v1.Pod, plugins []string) {
 // judged reports whether the pod's last attempt failed only on what the
 // reconciler re-checks. Unknown (no attempt recorded since this process
 // started, or PostFilter not enabled): no.
-func (r *Reconciler) judged(pod *v1.Pod) bool {
+func (r *Reconciler) judged(pod *v1.Pod) bool { return r.JudgedWhole(pod) }
+
+// JudgedWhole reports whether the pod's last recorded attempt failed only on
+// what the reconciler re-checks.
+func (r *Reconciler) JudgedWhole(pod *v1.Pod) bool {
 	v, ok := r.rejections.Load(pod.UID)
 	return ok && v.(bool)
 }

@@ -10,12 +10,14 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	"k8s.io/utils/ptr"
 
 	ourv1 "github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/localcp"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/requeue"
 	"github.com/gpu-scheduler/gpu-scheduler/test/harness"
 )
@@ -29,7 +31,8 @@ func TestPendingReason(t *testing.T) {
 	s.WaitBound(bindTimeout, "a", "b")
 	s.Create(s.Pod(harness.PodSpec{Name: "p", Milli: 500}))
 	// 700 and 650 on the two devices: 300 and 350 are left.
-	want := "no node has a GPU with 500 milli free (closest: " + s.Node("t4") + " gpu"
+	// Stable: no node and no free amount, which change on every bind.
+	want := "no node has a GPU with 500 milli free"
 	var got string
 	err := wait.PollUntilContextTimeout(s.Ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		got = pendingReason(s.Get("p"))
@@ -107,6 +110,92 @@ func TestMissedEventResync(t *testing.T) {
 	}
 	if os.Getenv("E2E_TIMELINE") != "" {
 		os.WriteFile(os.Getenv("E2E_TIMELINE"), []byte(strconv.FormatInt(bound.Milliseconds(), 10)+"\n"), 0o644)
+	}
+}
+
+// A GPU pod held by something other than GPUs (a required anti-affinity)
+// is attempted no more often than the scheduler's own backoff allows, with
+// the reconciler and without it, while GPU pods come and go on its node
+// every half second (each wakes the reconciler, which sees the GPUs free).
+func TestBlockedPodKeepsItsBackoff(t *testing.T) {
+	if !cluster.Local() {
+		t.Skip("starts its own scheduler processes")
+	}
+	const window = 2 * time.Minute
+	s := cluster.NewScope(t)
+	s.AddNodes(fleet.Node{Name: "n", CPU: "32", Memory: "64Gi", GPUs: 4, Model: "Tesla-T4", MemoryMiB: 15360})
+	anchor := s.Pod(harness.PodSpec{Name: "anchor"})
+	anchor.Labels = map[string]string{"app": "anchor"}
+	s.Create(anchor)
+	s.WaitBound(bindTimeout, "anchor")
+
+	type variant struct {
+		profile    string
+		reconciler bool
+		sched      *localcp.Scheduler
+	}
+	variants := []*variant{{profile: "gpu-scheduler-backoff-on", reconciler: true}, {profile: "gpu-scheduler-backoff-off"}}
+	for _, v := range variants {
+		sched, err := harness.StartProfile(context.Background(), cluster, filepath.Join(harness.BinDir(), "gpu-scheduler"), v.profile, nil,
+			func(cfg *configv1.KubeSchedulerConfiguration) {
+				for i := range cfg.Profiles[0].PluginConfig {
+					if a, ok := cfg.Profiles[0].PluginConfig[i].Args.Object.(*ourv1.GPUFitArgs); ok {
+						if a.Requeue == nil {
+							a.Requeue = &ourv1.RequeueArgs{}
+						}
+						a.Requeue.Enabled = ptr.To(v.reconciler)
+						a.Requeue.ResyncPeriodSeconds = ptr.To[int32](5)
+					}
+				}
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sched.Stop(5 * time.Second)
+		v.sched = sched
+		p := s.Pod(harness.PodSpec{Name: "blocked-" + strconv.FormatBool(v.reconciler), GPUs: 1, Scheduler: v.profile})
+		p.Spec.Affinity = &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "anchor"}}, TopologyKey: harness.LabelScope}}}}
+		s.Create(p)
+		s.WaitUnschedulable(bindTimeout, p.Name)
+	}
+	attempts := func(v *variant) float64 {
+		return metric(t, v.sched, `scheduler_schedule_attempts_total{profile="`+v.profile+`",result="unschedulable"}`)
+	}
+	before := map[string]float64{}
+	for _, v := range variants {
+		if before[v.profile] = attempts(v); before[v.profile] < 1 {
+			t.Fatalf("%s: no unschedulable attempt counted: is scheduler_schedule_attempts_total read right?", v.profile)
+		}
+	}
+	// GPU pods come and go on the node: every deletion frees a GPU.
+	start, prev := time.Now(), ""
+	for i := 0; time.Since(start) < window; i++ {
+		name := "churn-" + strconv.Itoa(i)
+		s.Create(s.Pod(harness.PodSpec{Name: name, GPUs: 1}))
+		s.WaitBound(bindTimeout, name)
+		if prev != "" {
+			s.Delete(prev)
+		}
+		prev = name
+		time.Sleep(500 * time.Millisecond)
+	}
+	// The scheduler's own schedule: backoff from 1 s, doubled up to 10 s.
+	allowed, backoff := 0, time.Second
+	for t := time.Duration(0); t <= window; t += backoff {
+		allowed++
+		backoff = min(2*backoff, 10*time.Second)
+	}
+	for _, v := range variants {
+		n := attempts(v) - before[v.profile]
+		t.Logf("reconciler %v: %v attempts in %v (the backoff schedule allows %d); reconciles declined as blocked elsewhere: %v",
+			v.reconciler, n, window, allowed, metric(t, v.sched, `gpu_scheduler_requeue_reconciles_total{result="blocked"}`))
+		if n > float64(allowed) {
+			t.Errorf("reconciler %v: %v attempts in %v, more than the %d its backoff allows", v.reconciler, n, window, allowed)
+		}
+	}
+	if metric(t, variants[0].sched, `gpu_scheduler_requeue_reconciles_total{result="blocked"}`) == 0 {
+		t.Errorf("the reconciler never judged the blocked pod: did the churn wake it?")
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
 	tk "k8s.io/kubernetes/test/utils/ktesting"
@@ -245,4 +247,39 @@ func newSharedWithoutInformer(tCtx context.Context, t *testing.T) *shared.Shared
 		t.Fatal(err)
 	}
 	return s
+}
+
+// PostFilter tells the reconciler which plugins rejected the pod's nodes:
+// only a pod held by nothing but what the reconciler re-checks is one it
+// may activate.
+func TestPostFilterRecordsRejectors(t *testing.T) {
+	tCtx := tk.Init(t)
+	nodes := []*v1.Node{gpuNode("n1", "1").Obj(), gpuNode("n2", "1").Obj()}
+	for name, tc := range map[string]struct {
+		n1, n2 string
+		want   bool
+	}{
+		"GPUs everywhere":      {Name, Name, true},
+		"GPUs and a taint":     {Name, names.TaintToleration, true},
+		"GPUs and an affinity": {Name, names.InterPodAffinity, false},
+		"a volume":             {names.VolumeBinding, names.VolumeBinding, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(tCtx, t, nil, nodes, nil)
+			if e.pl.rec == nil {
+				t.Fatal("no reconciler")
+			}
+			pod := wholePod("p", "1").Obj()
+			statuses := framework.NewDefaultNodeToStatus()
+			statuses.Set("n1", fwk.NewStatus(fwk.Unschedulable, "x").WithPlugin(tc.n1))
+			statuses.Set("n2", fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "y").WithPlugin(tc.n2))
+			r, s := e.pl.PostFilter(tCtx, framework.NewCycleState(), pod, statuses)
+			if r != nil || s.Code() != fwk.Unschedulable {
+				t.Errorf("PostFilter must change nothing: %v %v", r, s)
+			}
+			if got := e.pl.rec.JudgedWhole(pod); got != tc.want {
+				t.Errorf("judged whole: %v, want %v", got, tc.want)
+			}
+		})
+	}
 }

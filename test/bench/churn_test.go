@@ -1,0 +1,403 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"math/rand"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/localcp"
+)
+
+var (
+	chBacklog     = flag.Int("backlog", 20000, "pending GPU pods that fit nowhere (churn runs)")
+	chStream      = flag.Int("stream", 5000, "GPU pods that fit, submitted at once; their binds are measured")
+	chCPUChurn    = flag.Int("cpu-churn", 50, "CPU pods created and deleted per second (churn runs)")
+	chLabelPeriod = flag.Duration("label-period", 60*time.Second, "every node's GFD timestamp label is rewritten once per period (churn runs)")
+	chSchedulers  = flag.String("schedulers", "gpu-scheduler,kube-scheduler", "schedulers to measure, each quiet and under churn")
+)
+
+// Churn is one run of BenchmarkChurn.
+type Churn struct {
+	Scheduler string  `json:"scheduler"`
+	Churn     bool    `json:"churn"`
+	Nodes     int     `json:"nodes"`
+	Backlog   int     `json:"backlog"`
+	Stream    int     `json:"stream"`
+	Average   float64 `json:"average_pods_per_s"`
+	P50       float64 `json:"p50_pods_per_s"`
+	P99       float64 `json:"p99_pods_per_s"`
+	Seconds   float64 `json:"seconds"`
+	Unbound   int     `json:"unbound"`
+	// The scheduler process while the stream ran.
+	CPUSeconds float64 `json:"cpu_seconds"`
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	// Requests the scheduler sent to the API server, per second.
+	APIRequestsPerS float64 `json:"api_requests_per_s"`
+	// Queueing hints of our plugins: calls per second and mean time per
+	// call (the scheduler's own histogram; one call is one pending pod for
+	// one event).
+	HintCallsPerS float64 `json:"hint_calls_per_s,omitempty"`
+	HintMeanUs    float64 `json:"hint_mean_us,omitempty"`
+	// The requeue reconciler: passes, their mean and largest bucket, the
+	// deepest work queue seen, reason writes per second.
+	Passes          float64 `json:"reconciler_passes,omitempty"`
+	PassMeanSeconds float64 `json:"reconciler_pass_mean_s,omitempty"`
+	QueueDepthMax   float64 `json:"reconciler_queue_depth_max,omitempty"`
+	ReasonWritesPS  float64 `json:"reason_writes_per_s,omitempty"`
+	// The churn the run was under, as sent.
+	LabelUpdatesPS float64 `json:"label_updates_per_s,omitempty"`
+	CPUPodOpsPS    float64 `json:"cpu_pod_ops_per_s,omitempty"`
+}
+
+// BenchmarkChurn measures the stream of GPU pods that fit, bound by each
+// scheduler, on a quiet cluster and under churn: a backlog of GPU pods that
+// fit nowhere, GPU Feature Discovery rewriting a timestamp label on every
+// node once a minute (spread evenly), and CPU pods created and deleted on
+// the nodes. ratio_churn is the stream's throughput under churn over quiet.
+// gpu-scheduler places the openb-like mix (shares accounted); the vanilla
+// kube-scheduler the same with whole GPUs, as the reference.
+func BenchmarkChurn(b *testing.B) {
+	ctx := context.Background()
+	start := time.Now()
+	createNodes(b, *tpNodes, false)
+	b.Logf("%d nodes registered in %v", *tpNodes, time.Since(start).Round(time.Second))
+	out := map[string]any{}
+	var rows []*Churn
+	for _, sched := range splitComma(*chSchedulers) {
+		var quiet, churn *Churn
+		for _, withChurn := range []bool{false, true} {
+			r, err := runChurn(ctx, b, sched, withChurn)
+			if err != nil {
+				b.Fatalf("%s churn=%v: %v", sched, withChurn, err)
+			}
+			rows = append(rows, r)
+			if withChurn {
+				churn = r
+			} else {
+				quiet = r
+			}
+		}
+		key := "ours"
+		if sched == "kube-scheduler" {
+			key = "vanilla"
+		}
+		out[key+"_quiet"], out[key+"_churn"] = quiet, churn
+		out["ratio_churn_"+key] = churn.Average / quiet.Average
+		if key == "ours" {
+			out["ratio_churn"] = churn.Average / quiet.Average
+		}
+	}
+	fmt.Printf("\nGPU pods bound under churn: %d nodes, %d pending pods that fit nowhere, GFD label every %v per node, %d CPU pods/s created and deleted; stream of %d GPU pods\n",
+		*tpNodes, *chBacklog, *chLabelPeriod, *chCPUChurn, *chStream)
+	fmt.Printf("%-15s %-6s %9s %6s %6s %7s %7s %9s %8s %10s %9s %7s %9s %8s %9s\n", "scheduler", "churn", "avg pod/s", "p50", "p99", "seconds", "CPU s", "peak RSS",
+		"API/s", "hints/s", "hint µs", "passes", "pass s", "queue", "reasons/s")
+	for _, r := range rows {
+		fmt.Printf("%-15s %-6v %9.1f %6.0f %6.0f %7.1f %7.1f %6.0fMiB %8.1f %10.0f %9.3f %7.0f %9.3f %8.0f %9.2f\n", r.Scheduler, r.Churn, r.Average, r.P50, r.P99, r.Seconds,
+			r.CPUSeconds, r.PeakRSSMiB, r.APIRequestsPerS, r.HintCallsPerS, r.HintMeanUs, r.Passes, r.PassMeanSeconds, r.QueueDepthMax, r.ReasonWritesPS)
+	}
+	for _, k := range []string{"ours", "vanilla"} {
+		if v, ok := out["ratio_churn_"+k]; ok {
+			fmt.Printf("ratio_churn %s = %.3f\n", k, v)
+		}
+	}
+	if *jsonOut != "" {
+		for k, v := range out {
+			writeJSON(b, *jsonOut, k, v)
+		}
+	}
+}
+
+// backlogPod asks for more GPUs than any node has: it fits nowhere, ever.
+func backlogPod(i int, ns, schedulerName string) *v1.Pod {
+	q := *resource.NewQuantity(9, resource.DecimalSI)
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("backlog-%06d", i), Namespace: ns},
+		Spec: v1.PodSpec{SchedulerName: schedulerName, Containers: []v1.Container{{Name: "c", Image: "pause",
+			Resources: v1.ResourceRequirements{
+				Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m"), v1.ResourceMemory: resource.MustParse("500Mi"), gpu.ResourceNvidiaGPU: q},
+				Limits:   v1.ResourceList{gpu.ResourceNvidiaGPU: q}}}}},
+	}
+}
+
+func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool) (*Churn, error) {
+	key := "q"
+	if withChurn {
+		key = "c"
+	}
+	short := map[string]string{"gpu-scheduler": "ours", "kube-scheduler": "vanilla"}[schedBin]
+	ns := "ch-" + short + "-" + key
+	schedulerName := ns
+	client := cluster.Client
+	client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	cpuNS := ns + "-cpu"
+	client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: cpuNS}}, metav1.CreateOptions{})
+	res := &Churn{Scheduler: schedBin, Churn: withChurn, Nodes: *tpNodes, Stream: *chStream}
+
+	// Unschedulable backlog pods and bound stream pods, from an informer.
+	var bound, unschedulable atomic.Int64
+	seen := sync.Map{}
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns))
+	inf := f.Core().V1().Pods().Informer()
+	count := func(obj interface{}) {
+		p := obj.(*v1.Pod)
+		if p.Spec.NodeName != "" {
+			if _, dup := seen.LoadOrStore(p.Name, true); !dup {
+				bound.Add(1)
+			}
+			return
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == v1.PodScheduled && c.Reason == v1.PodReasonUnschedulable {
+				if _, dup := seen.LoadOrStore(p.Name, false); !dup {
+					unschedulable.Add(1)
+				}
+			}
+		}
+	}
+	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: count, UpdateFunc: func(_, o interface{}) { count(o) }})
+	stop := make(chan struct{})
+	defer close(stop)
+	f.Start(stop)
+	f.WaitForCacheSync(stop)
+
+	if withChurn {
+		res.Backlog = *chBacklog
+		var pods []*v1.Pod
+		for i := 0; i < *chBacklog; i++ {
+			pods = append(pods, backlogPod(i, ns, schedulerName))
+		}
+		t0 := time.Now()
+		if err := createPods(ctx, pods); err != nil {
+			return nil, err
+		}
+		b.Logf("%s: %d backlog pods created in %v", ns, len(pods), time.Since(t0).Round(time.Second))
+	}
+	sched, err := startUnderTest(ctx, schedBin, schedulerName)
+	if err != nil {
+		return nil, err
+	}
+	defer sched.Stop(10 * time.Second)
+	if withChurn {
+		// Every backlog pod tried once: the backlog is in place.
+		t0 := time.Now()
+		for unschedulable.Load() < int64(*chBacklog) && time.Since(t0) < 30*time.Minute {
+			time.Sleep(time.Second)
+		}
+		b.Logf("%s: backlog unschedulable after %v", ns, time.Since(t0).Round(time.Second))
+	}
+	churnCtx, stopChurn := context.WithCancel(ctx)
+	var labelOps, cpuOps atomic.Int64
+	var churnWG sync.WaitGroup
+	if withChurn {
+		churnWG.Add(2)
+		go func() { defer churnWG.Done(); relabel(churnCtx, &labelOps) }()
+		go func() { defer churnWG.Done(); cpuChurn(churnCtx, cpuNS, &cpuOps) }()
+		time.Sleep(10 * time.Second) // the churn at its rate before the stream
+	}
+
+	before := scrape(ctx, sched)
+	cpu0 := procCPU(sched.Pid())
+	labels0, cpuOps0 := labelOps.Load(), cpuOps.Load()
+	rng := rand.New(rand.NewSource(1))
+	workload := "gpu"
+	if schedBin == "kube-scheduler" {
+		workload = "gpu-whole"
+	}
+	var stream []*v1.Pod
+	for i := 0; i < *chStream; i++ {
+		stream = append(stream, workloadPod(workload, i, rng, ns, schedulerName))
+	}
+	submitted := time.Now()
+	go createPods(ctx, stream)
+	// Per-second samples of binds, from the first to the last.
+	var samples []float64
+	var last int64
+	deadline := submitted.Add(30 * time.Minute)
+	for bound.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	t0 := time.Now()
+	tick := time.NewTicker(time.Second)
+	idle := 0
+	for now := range tick.C {
+		n := bound.Load()
+		samples = append(samples, float64(n-last))
+		if n == last {
+			idle++
+		} else {
+			idle = 0
+		}
+		last = n
+		if n >= int64(*chStream) || idle >= 30 || now.After(deadline) {
+			break
+		}
+	}
+	tick.Stop()
+	elapsed := time.Since(t0)
+	for len(samples) > 1 && samples[len(samples)-1] == 0 {
+		samples = samples[:len(samples)-1]
+		elapsed -= time.Second
+	}
+	window := time.Since(submitted).Seconds()
+	after := scrape(ctx, sched)
+	res.CPUSeconds = procCPU(sched.Pid()) - cpu0
+	res.PeakRSSMiB = procPeakRSS(sched.Pid())
+	res.LabelUpdatesPS = float64(labelOps.Load()-labels0) / window
+	res.CPUPodOpsPS = float64(cpuOps.Load()-cpuOps0) / window
+	stopChurn()
+	churnWG.Wait()
+
+	res.Seconds = elapsed.Seconds()
+	res.Unbound = *chStream - int(bound.Load())
+	res.Average = float64(bound.Load()) / elapsed.Seconds()
+	sorted := append([]float64(nil), samples...)
+	sort.Float64s(sorted)
+	res.P50, res.P99 = percentile(sorted, 50), percentile(sorted, 99) // as bench-throughput
+	d := func(name string) float64 { return after.sum(name) - before.sum(name) }
+	res.APIRequestsPerS = d("rest_client_requests_total") / window
+	calls := after.sumWhere("scheduler_queueing_hint_execution_duration_seconds_count", `plugin="GPUFit"`) -
+		before.sumWhere("scheduler_queueing_hint_execution_duration_seconds_count", `plugin="GPUFit"`)
+	secs := after.sumWhere("scheduler_queueing_hint_execution_duration_seconds_sum", `plugin="GPUFit"`) -
+		before.sumWhere("scheduler_queueing_hint_execution_duration_seconds_sum", `plugin="GPUFit"`)
+	res.HintCallsPerS = calls / window
+	if calls > 0 {
+		res.HintMeanUs = secs / calls * 1e6
+	}
+	res.Passes = d("gpu_scheduler_requeue_pass_duration_seconds_count")
+	if res.Passes > 0 {
+		res.PassMeanSeconds = d("gpu_scheduler_requeue_pass_duration_seconds_sum") / res.Passes
+	}
+	res.QueueDepthMax = max(after.sum("gpu_scheduler_requeue_queue_depth"), before.sum("gpu_scheduler_requeue_queue_depth"))
+	res.ReasonWritesPS = d("gpu_scheduler_pending_reason_writes_total") / window
+	b.Logf("%s: %d of %d bound in %v; samples %v", ns, bound.Load(), *chStream, elapsed.Round(time.Millisecond), samples)
+
+	sched.Stop(10 * time.Second)
+	for _, n := range []string{ns, cpuNS} {
+		if err := deleteAllPods(ctx, n); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// relabel rewrites a GFD-style timestamp label on every node once per
+// period, one node at a time, evenly spread.
+func relabel(ctx context.Context, ops *atomic.Int64) {
+	nodes := make([]string, *tpNodes)
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf("perf-%05d", i)
+	}
+	tick := time.NewTicker(*chLabelPeriod / time.Duration(len(nodes)))
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		patch := fmt.Sprintf(`{"metadata":{"labels":{"nvidia.com/gfd.timestamp":"%d"}}}`, time.Now().UnixNano())
+		go func(n string) {
+			if _, err := cluster.Client.CoreV1().Nodes().Patch(ctx, n, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err == nil {
+				ops.Add(1)
+			}
+		}(nodes[i%len(nodes)])
+	}
+}
+
+// cpuChurn creates CPU pods bound to random nodes (as if placed by another
+// scheduler) and deletes the oldest, at the rate asked for, keeping ten
+// seconds' worth alive.
+func cpuChurn(ctx context.Context, ns string, ops *atomic.Int64) {
+	if *chCPUChurn <= 0 {
+		return
+	}
+	rng := rand.New(rand.NewSource(2))
+	tick := time.NewTicker(time.Second / time.Duration(*chCPUChurn))
+	defer tick.Stop()
+	var alive []string
+	var mu sync.Mutex
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cpu-%07d", i), Namespace: ns},
+			Spec: v1.PodSpec{NodeName: fmt.Sprintf("perf-%05d", rng.Intn(*tpNodes)), TerminationGracePeriodSeconds: ptr.To[int64](0),
+				Containers: []v1.Container{{Name: "c", Image: "pause", Resources: v1.ResourceRequirements{
+					Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m"), v1.ResourceMemory: resource.MustParse("100Mi")}}}}}}
+		var victim string
+		mu.Lock()
+		alive = append(alive, p.Name)
+		if len(alive) > 10**chCPUChurn {
+			victim, alive = alive[0], alive[1:]
+		}
+		mu.Unlock()
+		go func() {
+			if _, err := cluster.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err == nil {
+				ops.Add(1)
+			}
+			if victim != "" {
+				if err := cluster.Client.CoreV1().Pods(ns).Delete(ctx, victim, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err == nil {
+					ops.Add(1)
+				}
+			}
+		}()
+	}
+}
+
+// metricsText is a scrape of a scheduler's /metrics.
+type metricsText []string
+
+func scrape(ctx context.Context, s *localcp.Scheduler) metricsText {
+	code, body, err := s.GetWithin(ctx, "/metrics", time.Minute)
+	if err != nil || code != 200 {
+		return nil
+	}
+	var lines []string
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		if l := sc.Text(); !strings.HasPrefix(l, "#") {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// sum adds the samples of one metric.
+func (m metricsText) sum(name string) float64 { return m.sumWhere(name, "") }
+
+// sumWhere adds the samples of one metric whose labels contain label.
+func (m metricsText) sumWhere(name, label string) float64 {
+	var t float64
+	for _, l := range m {
+		end := strings.IndexAny(l, "{ ")
+		if end < 0 || l[:end] != name || (label != "" && !strings.Contains(l, label)) {
+			continue
+		}
+		f := strings.Fields(l)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			t += v
+		}
+	}
+	return t
+}
