@@ -70,7 +70,7 @@ lint:
 # detector on the packages that share state between goroutines.
 unit:
 	$(GO) test -count=1 $(UNIT_PKGS)
-	$(GO) test -count=1 -race ./pkg/gpu/... ./pkg/plugins/... ./pkg/overcommit/...
+	$(GO) test -count=1 -race ./pkg/gpu/... ./pkg/plugins/... ./pkg/overcommit/... ./pkg/requeue/...
 
 # The scheduler in-process against a real kube-apiserver and etcd.
 integration: $(BIN)/etcd $(BIN)/kube-apiserver

@@ -7,10 +7,12 @@
 // pod by one period. The same loop drops stale in-flight reservations.
 //
 // The queueing hints are the fast path; the reconciler repairs what they
-// miss. It activates only a pod whose last attempt failed on nothing but
-// what it re-checks (GPUs, CPU and memory, cordon, taints, node affinity):
-// a pod blocked by anything else waits for the scheduler's own hints and
-// backoff. Only events that can free or add GPU capacity wake it.
+// miss. It activates a pod once per failed attempt whose rejections it all
+// re-checks (GPUs, CPU and memory, cordon, taints, node affinity), and a pod
+// with no such record (its last attempt failed after the filters, or was
+// not seen by this process) at most once per resync period: a pod blocked
+// by anything else waits for the scheduler's own hints and backoff. Only
+// events that can free or add GPU capacity wake it.
 package requeue
 
 import (
@@ -67,6 +69,10 @@ type Config struct {
 	// assignment being visible in the informer before it is dropped (the
 	// scheduler's own cache catches up in milliseconds).
 	ReservationGrace time.Duration
+	// ClearClient removes the reasons of bound pods, on a rate limit of its
+	// own so that removals never wait behind a backlog's first reasons (nil:
+	// the reasons' client).
+	ClearClient kubernetes.Interface
 }
 
 // Reconciler is the requeue controller of one scheduler profile.
@@ -87,6 +93,7 @@ type Reconciler struct {
 	dirty  chan struct{}
 	// writeQ and writes feed the reason writer: the latest reason per pod.
 	writeQ workqueue.TypedRateLimitingInterface[string]
+	clearQ workqueue.TypedRateLimitingInterface[string]
 	writes sync.Map
 
 	// current is the view the checks share; nil when stale. Checks run in
@@ -97,9 +104,12 @@ type Reconciler struct {
 	writtenMu sync.Mutex
 	written   map[string]time.Time // last reason write per pod
 
-	// rejections is what blocked each pending pod in its last attempt
-	// (RecordRejection), by UID.
+	// rejections is whether each pending pod's last attempt failed only on
+	// what the reconciler re-checks (RecordRejection), by UID; an
+	// activation uses it up.
 	rejections sync.Map
+	// activated is when the reconciler last activated each pod, by UID.
+	activated sync.Map
 }
 
 // maxViewAge bounds how stale a view gets between events: binds of other
@@ -125,12 +135,25 @@ func New(cfg Config, state GPUState, activator Activator, client kubernetes.Inte
 		writeQ: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.BackoffBase, cfg.BackoffMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpu-scheduler-pending-reasons"}),
+		clearQ: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.BackoffBase, cfg.BackoffMax),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpu-scheduler-pending-reason-removals"}),
 		written: map[string]time.Time{},
+	}
+	if cfg.ClearClient == nil {
+		r.cfg.ClearClient = client
 	}
 	if _, ok := pods.GetIndexer().GetIndexers()[pendingIndex]; !ok {
 		err := pods.AddIndexers(cache.Indexers{pendingIndex: func(obj interface{}) ([]string, error) {
 			if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName == "" && p.DeletionTimestamp == nil {
 				return []string{p.Spec.SchedulerName}, nil
+			}
+			// Bound with a reason left: a removal was lost (a standby, a
+			// restart); the resync finds it here.
+			if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" {
+				if _, has := PendingCondition(p); has {
+					return []string{p.Spec.SchedulerName}, nil
+				}
 			}
 			return nil, nil
 		}})
@@ -184,7 +207,7 @@ func (r *Reconciler) onPod(old, obj interface{}) {
 		return
 	}
 	if p.Spec.NodeName != "" {
-		r.rejections.Delete(p.UID)
+		r.forget(p.UID)
 	}
 	if _, stale := PendingCondition(p); stale && p.Spec.NodeName != "" {
 		r.enqueue(p) // bound: its reason goes
@@ -216,7 +239,7 @@ func (r *Reconciler) onPodDelete(obj interface{}) {
 	if !ok {
 		return
 	}
-	r.rejections.Delete(p.UID)
+	r.forget(p.UID)
 	if p.Spec.NodeName != "" && gpu.UsesGPU(p, r.reqOpts) && !fault.DropFreedGPU() {
 		r.markDirty()
 	}
@@ -259,6 +282,7 @@ func (r *Reconciler) Run(ctx context.Context) {
 	ctx = klog.NewContext(ctx, logger)
 	defer r.queue.ShutDown()
 	defer r.writeQ.ShutDown()
+	defer r.clearQ.ShutDown()
 	if !cache.WaitForCacheSync(ctx.Done(), r.pods.HasSynced, r.nodes.HasSynced) {
 		return
 	}
@@ -266,20 +290,23 @@ func (r *Reconciler) Run(ctx context.Context) {
 	for i := 0; i < r.cfg.Workers; i++ {
 		go wait.UntilWithContext(ctx, r.worker, time.Second)
 	}
-	go wait.UntilWithContext(ctx, r.writer, time.Second)
+	go wait.UntilWithContext(ctx, func(ctx context.Context) { r.writer(ctx, r.writeQ, r.client) }, time.Second)
+	go wait.UntilWithContext(ctx, func(ctx context.Context) { r.writer(ctx, r.clearQ, r.cfg.ClearClient) }, time.Second)
 	// Changes are coalesced: a burst of events is one pass over the pending
-	// pods, and the next pass starts only once this one is done.
+	// pods, and the next pass waits four times as long as this one took (at
+	// least 50 ms): under steady GPU churn, event passes take at most a fifth
+	// of the reconciler's time. The hints are the fast path.
 	go func() {
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-r.dirty:
-				r.pass(ctx, "event")
+				took := r.pass(ctx, "event")
 				select {
 				case <-ctx.Done():
 					return
-				case <-time.After(50 * time.Millisecond):
+				case <-time.After(max(50*time.Millisecond, 4*took)):
 				}
 			}
 		}
@@ -295,7 +322,7 @@ func (r *Reconciler) Run(ctx context.Context) {
 
 // pass reconciles every pending pod against a fresh view and waits until the
 // workers are through (at most one resync period).
-func (r *Reconciler) pass(ctx context.Context, trigger string) {
+func (r *Reconciler) pass(ctx context.Context, trigger string) time.Duration {
 	start := time.Now()
 	r.invalidate()
 	n := r.enqueueAll(ctx)
@@ -303,8 +330,10 @@ func (r *Reconciler) pass(ctx context.Context, trigger string) {
 	for r.queue.Len() > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 	}
-	passSeconds.WithLabelValues(trigger).Observe(time.Since(start).Seconds())
-	klog.FromContext(ctx).V(4).Info("reconcile pass", "trigger", trigger, "pods", n, "duration", time.Since(start))
+	took := time.Since(start)
+	passSeconds.WithLabelValues(trigger).Observe(took.Seconds())
+	klog.FromContext(ctx).V(4).Info("reconcile pass", "trigger", trigger, "pods", n, "duration", took)
+	return took
 }
 
 func (r *Reconciler) enqueueAll(ctx context.Context) int {
@@ -318,6 +347,8 @@ func (r *Reconciler) enqueueAll(ctx context.Context) int {
 			if _, ok := r.pending(p); ok {
 				r.enqueue(p)
 				n++
+			} else if p.Spec.NodeName != "" {
+				r.enqueue(p) // bound, its reason left
 			}
 		}
 	}
@@ -384,10 +415,28 @@ func (r *Reconciler) RecordRejection(pod *v1.Pod, plugins []string) {
 	r.rejections.Store(pod.UID, rechecks(pod, plugins, r.reqOpts))
 }
 
-// judged reports whether the pod's last attempt failed only on what the
-// reconciler re-checks. Unknown (no attempt recorded since this process
-// started, or PostFilter not enabled): no.
-func (r *Reconciler) judged(pod *v1.Pod) bool { return r.JudgedWhole(pod) }
+// ForgetRejection drops the record of the pod's last attempt (GPUFit's
+// PreFilter, as the next attempt starts).
+func (r *Reconciler) ForgetRejection(uid types.UID) { r.rejections.Delete(uid) }
+
+func (r *Reconciler) forget(uid types.UID) {
+	r.rejections.Delete(uid)
+	r.activated.Delete(uid)
+}
+
+// mayActivate decides whether the reconciler may move a pod that some node
+// can take to the active queue: once per failed attempt whose every
+// rejection the view re-checks; with no record (the attempt failed after
+// the filters, PostFilter did not run, or this process has not seen it), at
+// most once per resync period, which is longer than the scheduler's longest
+// backoff; never when something the view does not model blocked it.
+func (r *Reconciler) mayActivate(pod *v1.Pod) bool {
+	if whole, recorded := r.rejections.Load(pod.UID); recorded {
+		return whole.(bool)
+	}
+	last, ok := r.activated.Load(pod.UID)
+	return !ok || time.Since(last.(time.Time)) >= r.cfg.ResyncPeriod
+}
 
 // JudgedWhole reports whether the pod's last recorded attempt failed only on
 // what the reconciler re-checks.
@@ -437,18 +486,26 @@ func (r *Reconciler) reconcile(ctx context.Context, key string) error {
 		reconciles.WithLabelValues("skipped").Inc()
 		return nil
 	}
-	// Only a pod the reconciler can judge whole is activated (booking its
-	// devices in the view, so that one freed device wakes one pod); the
-	// others are only explained.
-	mayActivate := r.judged(pod)
-	vd := r.viewNow().checkShape(logger, pod, &req, r.gpu.Scoring(), r.gpu.Workload(), mayActivate)
-	if vd.fits != nil && !mayActivate {
-		// Its GPUs are there: something else holds it, which the
-		// scheduler's own hints and backoff look after.
+	// An activation books the pod's devices in the view, so that one freed
+	// device wakes one pod.
+	may := r.mayActivate(pod)
+	vd := r.viewNow().checkShape(logger, pod, &req, r.gpu.Scoring(), r.gpu.Workload(), may)
+	if vd.fits != nil {
+		// Its GPUs are there: no GPU reason stands.
+		r.writes.Delete(key)
+		if _, has := PendingCondition(pod); has {
+			r.clearReason(ctx, pod)
+		}
+	}
+	if vd.fits != nil && !may {
+		// Something else holds it, which the scheduler's own hints and
+		// backoff look after.
 		reconciles.WithLabelValues("blocked").Inc()
 		return nil
 	}
 	if vd.fits != nil {
+		r.rejections.Delete(pod.UID)
+		r.activated.Store(pod.UID, time.Now())
 		logger.V(3).Info("a node can take the pod now: activating", "pod", klog.KObj(pod), "node", vd.fits.node.Name)
 		r.activator.Activate(logger, map[string]*v1.Pod{key: pod})
 		activations.Inc()
@@ -517,28 +574,28 @@ func (r *Reconciler) explain(_ context.Context, pod *v1.Pod, reason, msg string)
 func (r *Reconciler) clearReason(_ context.Context, pod *v1.Pod) error {
 	key := pod.Namespace + "/" + pod.Name
 	r.writes.Store(key, reasonWrite{clear: true})
-	r.writeQ.Add(key)
+	r.clearQ.Add(key)
 	return nil
 }
 
-func (r *Reconciler) writer(ctx context.Context) {
+func (r *Reconciler) writer(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], client kubernetes.Interface) {
 	for {
-		key, quit := r.writeQ.Get()
+		key, quit := q.Get()
 		if quit {
 			return
 		}
-		if err := r.write(ctx, key); err != nil {
+		if err := r.write(ctx, key, client); err != nil {
 			klog.FromContext(ctx).V(2).Info("writing a pending reason failed, retrying with backoff", "pod", key, "err", err)
-			r.writeQ.AddRateLimited(key)
+			q.AddRateLimited(key)
 		} else {
-			r.writeQ.Forget(key)
+			q.Forget(key)
 		}
-		r.writeQ.Done(key)
+		q.Done(key)
 	}
 }
 
 // write sends the latest reason judged for a pod, if the pod still needs it.
-func (r *Reconciler) write(ctx context.Context, key string) error {
+func (r *Reconciler) write(ctx context.Context, key string, client kubernetes.Interface) error {
 	v, ok := r.writes.Load(key)
 	if !ok {
 		return nil
@@ -583,7 +640,7 @@ func (r *Reconciler) write(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	_, err = r.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1PatchOptions, "status")
+	_, err = client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1PatchOptions, "status")
 	switch {
 	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 		// The pod changed or went: its update brings a new judgement.

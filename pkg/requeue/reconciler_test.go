@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
@@ -152,12 +153,14 @@ func (e *env) reconcile(t *testing.T, name string) error {
 // flush runs the writer until its queue is empty (keys spaced for later
 // stay there).
 func (e *env) flush(ctx context.Context) error {
-	for e.r.writeQ.Len() > 0 {
-		key, _ := e.r.writeQ.Get()
-		err := e.r.write(ctx, key)
-		e.r.writeQ.Done(key)
-		if err != nil {
-			return err
+	for _, q := range []workqueue.TypedRateLimitingInterface[string]{e.r.clearQ, e.r.writeQ} {
+		for q.Len() > 0 {
+			key, _ := q.Get()
+			err := e.r.write(ctx, key, e.client)
+			q.Done(key)
+			if err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -357,7 +360,7 @@ func TestFailedWriteBacksOff(t *testing.T) {
 	logger, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(klog.NewContext(ctx, logger))
 	defer cancel()
-	go e.r.writer(ctx)
+	go e.r.writer(ctx, e.r.writeQ, e.client)
 	deadline := time.Now().Add(5 * time.Second)
 	for e.r.writeQ.NumRequeues("ns/p") < 3 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -428,7 +431,9 @@ func TestActivatesOnlyWhatItJudges(t *testing.T) {
 		"a volume":                          {pendingPod("p", nil, 1), []string{"VolumeBinding"}, false},
 		"no status plugin":                  {pendingPod("p", nil, 1), []string{""}, false},
 		"NodeResourcesFit, storage unknown": {withStorage, []string{GPUFitName, "NodeResourcesFit"}, false},
-		"no attempt recorded":               {pendingPod("p", nil, 1), nil, false},
+		// Its attempt failed after the filters, or this process has not
+		// seen one: once per resync period (below).
+		"no attempt recorded": {pendingPod("p", nil, 1), nil, true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t)
@@ -447,6 +452,55 @@ func TestActivatesOnlyWhatItJudges(t *testing.T) {
 				t.Errorf("a pod whose GPUs are free got a reason: %v", e.patches())
 			}
 		})
+	}
+}
+
+// An activation uses up its record: the pod is activated again only after
+// another failed attempt that the reconciler judges whole, or, with no
+// record, once a resync period has passed. A pod whose GPUs are there loses
+// its GPU reason.
+func TestOneActivationPerAttempt(t *testing.T) {
+	e := newEnv(t)
+	e.r.cfg.ResyncPeriod = time.Hour
+	p := pendingPod("p", nil, 1)
+	p.Status.Conditions = append(p.Status.Conditions, v1.PodCondition{Type: gpu.ConditionPending, Status: v1.ConditionTrue,
+		Reason: ReasonUnschedulable, Message: "needs 1 free GPU on one node"})
+	e.add(t, gpuNode("n1", 2, "T4"), p)
+	activations := func() int {
+		if err := e.reconcile(t, "p"); err != nil {
+			t.Fatal(err)
+		}
+		e.r.invalidate() // a fresh view: the booking of the last one is gone
+		return len(e.act.Activated())
+	}
+	if n := activations(); n != 1 {
+		t.Fatalf("want one activation, got %d", n)
+	}
+	if ps := e.patches(); len(ps) != 1 || !strings.Contains(ps[0], `"$patch":"delete"`) {
+		t.Errorf("the GPU reason of a pod whose GPUs are there must go: %v", ps)
+	}
+	// The attempt failed after the filters (a Reserve, a node lock): no
+	// record. Not again within the resync period.
+	if n := activations(); n != 1 {
+		t.Errorf("activated again without a new attempt: %d", n)
+	}
+	// A new attempt failed on GPUs alone.
+	e.r.RecordRejection(p, []string{GPUFitName})
+	if n := activations(); n != 2 {
+		t.Errorf("want a second activation after a new failed attempt, got %d", n)
+	}
+	// The next attempt starts (GPUFit's PreFilter) and is blocked by an
+	// anti-affinity: never.
+	e.r.ForgetRejection(p.UID)
+	e.r.RecordRejection(p, []string{"InterPodAffinity"})
+	if n := activations(); n != 2 {
+		t.Errorf("activated a pod blocked elsewhere: %d", n)
+	}
+	// With no record, once a resync period has passed.
+	e.r.ForgetRejection(p.UID)
+	e.r.cfg.ResyncPeriod = 0
+	if n := activations(); n != 3 {
+		t.Errorf("want an activation after the resync period, got %d", n)
 	}
 }
 

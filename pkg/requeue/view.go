@@ -87,7 +87,12 @@ func (v *view) add(nv *nodeView) {
 // allowed model, or no free capacity at all. False means: look closer.
 func (v *view) fitsNowhere(req *gpu.Request) bool {
 	for _, g := range v.groups {
-		if !g.agent && !req.Models.Empty() && !req.Models.Matches(g.model, g.fold) {
+		if g.agent {
+			// Their projection rounds a little memory down to no milli:
+			// no bound from it.
+			return false
+		}
+		if !req.Models.Empty() && !req.Models.Matches(g.model, g.fold) {
 			continue
 		}
 		switch {
@@ -95,7 +100,7 @@ func (v *view) fitsNowhere(req *gpu.Request) bool {
 			if g.maxFullyFree >= req.Count {
 				return false
 			}
-		case req.Milli > 0 && !g.agent:
+		case req.Milli > 0:
 			if g.maxFree >= req.Milli {
 				return false
 			}

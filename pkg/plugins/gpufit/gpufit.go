@@ -162,6 +162,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 				BackoffMax:    time.Duration(r.BackoffMaxSeconds) * time.Second,
 				Explain:       r.ExplainPending,
 				ExplainEvery:  time.Duration(r.ExplainMinIntervalSeconds) * time.Second,
+				ClearClient:   explainClient(h, r.ExplainQPS, r.ExplainBurst),
 			}, s, h, explainClient(h, r.ExplainQPS, r.ExplainBurst), pods, nodes, pl.reqOpts, s.Leading)
 			if err != nil {
 				return nil, err
@@ -200,12 +201,16 @@ func (pl *GPUFit) watch(pods, nodes cache.SharedIndexInformer) error {
 		return err
 	}
 	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj interface{}) { pl.trackPending(obj) },
-		UpdateFunc: func(_, obj interface{}) { pl.trackPending(obj) },
+		AddFunc: func(obj interface{}) { pl.podChanged(nil, obj); pl.trackPending(obj) },
+		UpdateFunc: func(old, obj interface{}) {
+			pl.podChanged(old, obj)
+			pl.trackPending(obj)
+		},
 		DeleteFunc: func(obj interface{}) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
+			pl.podChanged(nil, obj)
 			if p, ok := obj.(*v1.Pod); ok {
 				pl.shared.Tracker().Unreserve(p.UID)
 				pl.shared.Tracker().SetPending(p, "", time.Time{})
@@ -228,10 +233,24 @@ func (pl *GPUFit) watch(pods, nodes cache.SharedIndexInformer) error {
 			}
 			if n, ok := obj.(*v1.Node); ok {
 				pl.shared.Tracker().ForgetNode(n.Name)
+				pl.shared.ForgetPodGen(n.Name)
 			}
 		},
 	})
 	return err
+}
+
+// podChanged counts a change of the pods bound to a node: the hints' memo of
+// a node's state holds only while the count does.
+func (pl *GPUFit) podChanged(old, obj interface{}) {
+	if o, ok := old.(*v1.Pod); ok && o.Spec.NodeName != "" {
+		pl.shared.BumpPodGen(o.Spec.NodeName)
+	}
+	if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" {
+		if o, ok := old.(*v1.Pod); !ok || o.Spec.NodeName != p.Spec.NodeName {
+			pl.shared.BumpPodGen(p.Spec.NodeName)
+		}
+	}
 }
 
 // trackPending follows the pods another scheduler chose HAMi devices for
@@ -297,6 +316,10 @@ func (pl *GPUFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	// Only the leader runs cycles: without leader election, this tells the
 	// reconciler and the monitor that this process may act.
 	pl.shared.SetScheduling()
+	if pl.rec != nil {
+		// This attempt's PostFilter, if any, tells what blocks the pod now.
+		pl.rec.ForgetRejection(pod.UID)
+	}
 	if node, ok := pl.shared.InDoubt(pod.UID); ok {
 		// Its devices on node stay held; placing it again could bind it
 		// twice, or free them while the first bind lands. It is activated

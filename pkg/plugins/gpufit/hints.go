@@ -3,7 +3,6 @@ package gpufit
 import (
 	"context"
 	"time"
-	"unsafe"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -50,27 +49,10 @@ type hintMemo struct {
 	relevant bool
 	node     *v1.Node
 	st       *gpu.NodeState
-	// What st was computed from, besides node: the pods on it and the
-	// tracker's version of it. The state is reused only while they hold.
-	pods podsPrint
-	ver  uint64
-}
-
-// podsPrint identifies a set of pod objects (the informer replaces an
-// object on every change, and lists a node's pods in no fixed order).
-type podsPrint struct {
-	n        int
-	sum, xor uintptr
-}
-
-func printOf(pods []*v1.Pod) podsPrint {
-	p := podsPrint{n: len(pods)}
-	for _, pod := range pods {
-		u := uintptr(unsafe.Pointer(pod))
-		p.sum += u
-		p.xor ^= u
-	}
-	return p
+	// What st was computed from, besides node: the count of changes of the
+	// node's pods, and the tracker's version of its reservations. The state
+	// is reused only while both hold, at O(1) per pending pod.
+	gen, ver uint64
 }
 
 const (
@@ -99,10 +81,9 @@ func (pl *GPUFit) judgeNode(m *hintMemo, node *v1.Node) {
 	if node == nil {
 		return
 	}
+	// The counts first: a change after them only makes the memo stale.
+	m.gen, m.ver = pl.shared.PodGen(node.Name), pl.shared.Tracker().NodeVersion(node.Name)
 	if pods, ok := pl.shared.PodsOnNode(node.Name); ok {
-		// The version first: a change after it only makes the memo stale.
-		m.ver = pl.shared.Tracker().NodeVersion(node.Name)
-		m.pods = printOf(pods)
 		m.st = pl.shared.Tracker().Compute(node, pods, 0, 0, "", false)
 	} else {
 		// Without an informer only the inventory is known: answer Queue
@@ -118,11 +99,7 @@ func (pl *GPUFit) current(m *hintMemo) bool {
 	if m.st == nil || m.node == nil {
 		return true // judged from the objects alone
 	}
-	if pl.shared.Tracker().NodeVersion(m.node.Name) != m.ver {
-		return false
-	}
-	pods, ok := pl.shared.PodsOnNode(m.node.Name)
-	return !ok || printOf(pods) == m.pods
+	return pl.shared.PodGen(m.node.Name) == m.gen && pl.shared.Tracker().NodeVersion(m.node.Name) == m.ver
 }
 
 // fitsNow is the level check of one pod against the event's node state.

@@ -213,6 +213,16 @@ func TestQueueingHintOneEventManyPods(t *testing.T) {
 			t.Errorf("pod %d: want %v, got %v %v", i, tc.want, got, err)
 		}
 	}
+	// The queue replays the same event later (it came during another pod's
+	// cycle): a pod bound to the node since then is seen.
+	taker := boundPod("e", "half", "half:1=1000")
+	e.factory.Core().V1().Pods().Informer().GetStore().Add(taker)
+	e.pl.podChanged(nil, taker) // as the pod handler does
+	if got, _ := e.pl.isSchedulableAfterPodDelete(logger, wholePod("p5", "1").Obj(), gone, nil); got != fwk.QueueSkip {
+		t.Errorf("replayed event judged on a stale state: got %v", got)
+	}
+	e.factory.Core().V1().Pods().Informer().GetStore().Delete(taker)
+	e.pl.podChanged(nil, taker)
 	// The next event is judged afresh: the other device was freed too.
 	e.factory.Core().V1().Pods().Informer().GetStore().Delete(boundPod("c", "half", "half:0=1000"))
 	if got, _ := e.pl.isSchedulableAfterPodDelete(logger, wholePod("p2", "2").Obj(), boundPod("c", "half", "half:0=1000"), nil); got != fwk.Queue {

@@ -49,6 +49,8 @@ type Accounting struct {
 	leading   atomic.Bool
 	// released are told when devices are released outside a cycle.
 	released []func()
+	// podGen counts changes of each node's pods (*atomic.Uint64 by node).
+	podGen sync.Map
 }
 
 type scoring struct {
@@ -380,6 +382,27 @@ func (s *Shared) CurrentState(node *v1.Node) (*gpu.NodeState, bool) {
 	}
 	return s.Tracker().Compute(node, pods, 0, 0, "", false), true
 }
+
+// PodGen changes whenever a pod bound to the node is added, changed or
+// removed in the informer (BumpPodGen, from the pod handler).
+func (s *Shared) PodGen(node string) uint64 {
+	if c, ok := s.acc.podGen.Load(node); ok {
+		return c.(*atomic.Uint64).Load()
+	}
+	return 0
+}
+
+// BumpPodGen records a change of the node's pods.
+func (s *Shared) BumpPodGen(node string) {
+	c, ok := s.acc.podGen.Load(node)
+	if !ok {
+		c, _ = s.acc.podGen.LoadOrStore(node, new(atomic.Uint64))
+	}
+	c.(*atomic.Uint64).Add(1)
+}
+
+// ForgetPodGen drops a deleted node's counter.
+func (s *Shared) ForgetPodGen(node string) { s.acc.podGen.Delete(node) }
 
 // SameDevices reports whether two versions of a node report the same GPUs:
 // only what the device inventory reads (the product and memory labels, the
