@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"math/rand"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,6 +34,7 @@ var (
 	chCPUChurn    = flag.Int("cpu-churn", 50, "CPU pods created and deleted per second (churn runs)")
 	chLabelPeriod = flag.Duration("label-period", 60*time.Second, "every node's GFD timestamp label is rewritten once per period (churn runs)")
 	chSchedulers  = flag.String("schedulers", "gpu-scheduler,kube-scheduler", "schedulers to measure, each quiet and under churn")
+	chMaxWait     = flag.Duration("max-wait", 5*time.Minute, "give up on the stream if nothing is bound this long after it was submitted")
 )
 
 // Churn is one run of BenchmarkChurn.
@@ -245,17 +248,38 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 	}
 	submitted := time.Now()
 	go createPods(ctx, stream)
+	var profDone chan struct{}
+	if *tpProfile != "" {
+		profDone = make(chan struct{})
+		go func() {
+			defer close(profDone)
+			// 20 s from the submission: the queue as the stream meets it.
+			code, body, err := sched.GetWithin(context.Background(), "/debug/pprof/profile?seconds=20", time.Minute)
+			if err != nil || code != 200 {
+				b.Logf("%s: CPU profile: %d %v", ns, code, err)
+				return
+			}
+			os.MkdirAll(*tpProfile, 0o755)
+			os.WriteFile(filepath.Join(*tpProfile, fmt.Sprintf("cpu-%s.pprof", ns)), []byte(body), 0o644)
+		}()
+	}
 	// Per-second samples of binds, from the first to the last.
 	var samples []float64
 	var last int64
 	deadline := submitted.Add(30 * time.Minute)
-	for bound.Load() == 0 && time.Now().Before(deadline) {
+	for bound.Load() == 0 && time.Since(submitted) < *chMaxWait {
 		time.Sleep(10 * time.Millisecond)
+	}
+	if bound.Load() == 0 {
+		b.Logf("%s: nothing bound %v after the stream was submitted", ns, *chMaxWait)
 	}
 	t0 := time.Now()
 	tick := time.NewTicker(time.Second)
 	idle := 0
 	for now := range tick.C {
+		if bound.Load() == 0 {
+			break
+		}
 		n := bound.Load()
 		samples = append(samples, float64(n-last))
 		if n == last {
@@ -285,7 +309,12 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 
 	res.Seconds = elapsed.Seconds()
 	res.Unbound = *chStream - int(bound.Load())
-	res.Average = float64(bound.Load()) / elapsed.Seconds()
+	if bound.Load() > 0 {
+		res.Average = float64(bound.Load()) / elapsed.Seconds()
+	}
+	if profDone != nil {
+		<-profDone
+	}
 	sorted := append([]float64(nil), samples...)
 	sort.Float64s(sorted)
 	res.P50, res.P99 = percentile(sorted, 50), percentile(sorted, 99) // as bench-throughput
