@@ -15,6 +15,7 @@ func (in *GPUFitArgs) DeepCopyObject() runtime.Object {
 	}
 	out := *in
 	out.GPUResourceNames = slices.Clone(in.GPUResourceNames)
+	out.VolatileNodeLabels = slices.Clone(in.VolatileNodeLabels)
 	return &out
 }
 

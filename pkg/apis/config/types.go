@@ -16,6 +16,8 @@ type GPUFitArgs struct {
 	GPUResourceNames []string
 	// GPUProductLabel is the node label holding the GPU model.
 	GPUProductLabel string
+	// VolatileNodeLabels are dropped from the scheduler's view of nodes.
+	VolatileNodeLabels []string
 	// GPUMemoryLabel is the node label holding MiB per GPU.
 	GPUMemoryLabel string
 	// Requeue configures the requeue reconciler.

@@ -142,6 +142,12 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		// One accounting per process: its handlers and monitor run once,
 		// whichever profile comes first.
 		if s.Once("watch") {
+			if len(args.VolatileNodeLabels) > 0 {
+				// Before the informers start (New runs first).
+				if err := nodes.SetTransform(dropLabels(args.VolatileNodeLabels)); err != nil {
+					return nil, fmt.Errorf("volatileNodeLabels: %w", err)
+				}
+			}
 			if err := pl.watch(pods, nodes); err != nil {
 				return nil, err
 			}

@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -291,5 +292,28 @@ func TestPostFilterRecordsRejectors(t *testing.T) {
 				t.Errorf("judged whole: %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// GPU Feature Discovery's timestamp never reaches the scheduler's view of a
+// node: rewriting it is no scheduling event. Every other label stays.
+func TestVolatileLabelsDropped(t *testing.T) {
+	tCtx := tk.Init(t)
+	node := gpuNode("n", "1").Label(gpu.LabelGPUProduct, "A100").Label("nvidia.com/gfd.timestamp", "1764510000").Label("zone", "a").Obj()
+	e := newEnv(tCtx, t, nil, nil, nil)
+	if _, err := e.client.CoreV1().Nodes().Create(tCtx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.factory.Start(tCtx.Done())
+	e.factory.WaitForCacheSync(tCtx.Done())
+	got, err := e.factory.Core().V1().Nodes().Lister().Get("n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.Labels["nvidia.com/gfd.timestamp"]; ok {
+		t.Errorf("the GFD timestamp reached the scheduler: %v", got.Labels)
+	}
+	if got.Labels[gpu.LabelGPUProduct] != "A100" || got.Labels["zone"] != "a" {
+		t.Errorf("other labels lost: %v", got.Labels)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
 )
 
@@ -54,4 +55,22 @@ func explainClient(h fwk.Handle, qps, burst int32) kubernetes.Interface {
 		}
 	}
 	return h.ClientSet()
+}
+
+// dropLabels removes labels the scheduler never reads and that change all
+// the time (GPU Feature Discovery's timestamp) from the scheduler's view of
+// the nodes: a node update that changes only them is then no scheduling
+// event at all, and wakes none of the pending pods, which the scheduling
+// queue would otherwise visit one by one for each such update.
+func dropLabels(keys []string) cache.TransformFunc {
+	return func(obj interface{}) (interface{}, error) {
+		n, ok := obj.(*v1.Node)
+		if !ok {
+			return obj, nil
+		}
+		for _, k := range keys {
+			delete(n.Labels, k)
+		}
+		return n, nil
+	}
 }

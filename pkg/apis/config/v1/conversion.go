@@ -58,6 +58,11 @@ func addConversionFuncs(s *runtime.Scheme) error {
 // Convert_v1_GPUFitArgs_To_config_GPUFitArgs converts defaulted v1 args.
 func Convert_v1_GPUFitArgs_To_config_GPUFitArgs(in *GPUFitArgs, out *config.GPUFitArgs) {
 	out.GPUResourceNames = slices.Clone(in.GPUResourceNames)
+	out.VolatileNodeLabels = slices.Clone(in.VolatileNodeLabels)
+	if out.VolatileNodeLabels == nil {
+		out.VolatileNodeLabels = []string{} // none, explicitly
+	}
+	out.VolatileNodeLabels = slices.Clone(in.VolatileNodeLabels)
 	out.GPUProductLabel = ptr.Deref(in.GPUProductLabel, "")
 	out.GPUMemoryLabel = ptr.Deref(in.GPUMemoryLabel, "")
 	out.AssignmentWrite = ptr.Deref(in.AssignmentWrite, "")

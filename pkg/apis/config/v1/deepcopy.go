@@ -22,6 +22,7 @@ func (in *GPUFitArgs) DeepCopyObject() runtime.Object {
 	out := &GPUFitArgs{TypeMeta: in.TypeMeta, GPUResourceNames: slices.Clone(in.GPUResourceNames),
 		GPUProductLabel: clonePtr(in.GPUProductLabel), GPUMemoryLabel: clonePtr(in.GPUMemoryLabel), AssignmentWrite: clonePtr(in.AssignmentWrite)}
 	out.AccountingOnlySharing = clonePtr(in.AccountingOnlySharing)
+	out.VolatileNodeLabels = slices.Clone(in.VolatileNodeLabels)
 	if h := in.HAMi; h != nil {
 		out.HAMi = &HAMiArgs{Enabled: clonePtr(h.Enabled), NodeLockExpirySeconds: clonePtr(h.NodeLockExpirySeconds), LockWaitSeconds: clonePtr(h.LockWaitSeconds)}
 	}

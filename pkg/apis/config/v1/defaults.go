@@ -12,6 +12,9 @@ import (
 
 // SetDefaults_GPUFitArgs fills GPUFitArgs.
 func SetDefaults_GPUFitArgs(obj *GPUFitArgs) {
+	if obj.VolatileNodeLabels == nil {
+		obj.VolatileNodeLabels = []string{LabelGFDTimestamp}
+	}
 	if len(obj.GPUResourceNames) == 0 {
 		obj.GPUResourceNames = []string{gpu.ResourceNvidiaGPU}
 	}
@@ -120,3 +123,7 @@ func SetDefaults_LeastRequestedArgs(obj *LeastRequestedArgs) {
 		obj.Resources = []ResourceWeight{{Name: string(v1.ResourceCPU), Weight: 1}, {Name: string(v1.ResourceMemory), Weight: 1}}
 	}
 }
+
+// LabelGFDTimestamp is the label GPU Feature Discovery rewrites on every
+// node at each pass (once a minute by default).
+const LabelGFDTimestamp = "nvidia.com/gfd.timestamp"

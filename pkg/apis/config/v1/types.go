@@ -20,6 +20,12 @@ type GPUFitArgs struct {
 	// GPUMemoryLabel is the node label with MiB per GPU.
 	// Default: nvidia.com/gpu.memory.
 	GPUMemoryLabel *string `json:"gpuMemoryLabel,omitempty"`
+	// VolatileNodeLabels are node labels the scheduler never reads and that
+	// change all the time: they are dropped from the scheduler's view of
+	// the nodes, so that rewriting them wakes no pending pod. Default:
+	// [nvidia.com/gfd.timestamp] (GPU Feature Discovery rewrites it on every
+	// node once a minute); [] keeps every label.
+	VolatileNodeLabels []string `json:"volatileNodeLabels,omitempty"`
 	// Requeue configures the requeue reconciler.
 	Requeue *RequeueArgs `json:"requeue,omitempty"`
 	// AssignmentWrite is where the assignment annotation is written. Bind:

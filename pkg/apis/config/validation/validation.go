@@ -42,6 +42,15 @@ func ValidateGPUFitArgs(path *field.Path, args *config.GPUFitArgs) error {
 			errs = append(errs, field.Invalid(path.Child(l.name), l.value, msg))
 		}
 	}
+	for i, l := range args.VolatileNodeLabels {
+		p := path.Child("volatileNodeLabels").Index(i)
+		for _, msg := range validation.IsQualifiedName(l) {
+			errs = append(errs, field.Invalid(p, l, msg))
+		}
+		if l == args.GPUProductLabel || l == args.GPUMemoryLabel {
+			errs = append(errs, field.Invalid(p, l, "the GPU product and memory labels are read: they cannot be volatile"))
+		}
+	}
 	switch args.AssignmentWrite {
 	case config.WriteAtBind, config.WriteAtPreBind:
 	default:
