@@ -9,7 +9,6 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
 
-	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fault"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
@@ -18,11 +17,20 @@ import (
 // fit. Each hint asks one level question: could the pod fit on the node in
 // the event, given that node's current devices and reservations?
 func (pl *GPUFit) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
+	// Every event registered here makes the scheduling queue visit every
+	// pending pod when it happens, whatever the hint answers: at tens of
+	// thousands of pending pods that is the scheduler's main cost. So only
+	// events that free or add GPUs come here. Not the general update of a
+	// bound pod (every kubelet status update would be one): a pod that ends
+	// leaves the scheduler's informer, as a deletion, and an assignment
+	// rewritten on a bound pod frees nothing (the request counts; the
+	// admission policy forbids the edit). Not node annotations (HAMi's
+	// handshake and node lock change them all the time): a device agent's
+	// new registration wakes the requeue reconciler, which activates the
+	// pods it can now place.
 	events := []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel | fwk.UpdateNodeAnnotation}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPodDelete},
-		// Annotation changes come as the general Update.
-		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Update}, QueueingHintFn: pl.isSchedulableAfterPodUpdate},
 		{Event: fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.Update}, QueueingHintFn: pl.isSchedulableAfterTargetPodUpdate},
 	}
 	if !pl.hints {
@@ -58,7 +66,6 @@ type hintMemo struct {
 const (
 	memoNode uint8 = iota + 1
 	memoDelete
-	memoUpdate
 )
 
 // memoTTL bounds how long one event's judgement is reused.
@@ -179,28 +186,6 @@ func (pl *GPUFit) isSchedulableAfterPodDelete(logger klog.Logger, pod *v1.Pod, o
 	return pl.answer(logger, pod, m)
 }
 
-func (pl *GPUFit) isSchedulableAfterPodUpdate(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
-	m := pl.eventMemo(memoUpdate, oldObj, newObj, func(m *hintMemo) {
-		oldPod, newPod, err := schedutil.As[*v1.Pod](oldObj, newObj)
-		if err != nil {
-			m.err = err
-			return
-		}
-		// Most updates of bound pods are status changes: the devices they
-		// hold are the same, nothing can have been freed. Neither can a pod
-		// that asks for no GPU free one, whatever its annotations say.
-		if oldPod.Annotations[gpu.AnnotationAssignment] == newPod.Annotations[gpu.AnnotationAssignment] &&
-			oldPod.Annotations[hami.AnnotationAllocated] == newPod.Annotations[hami.AnnotationAllocated] &&
-			oldPod.Annotations[hami.AnnotationVGPUNode] == newPod.Annotations[hami.AnnotationVGPUNode] &&
-			terminal(oldPod) == terminal(newPod) &&
-			sameGPURequest(oldPod, newPod, pl.reqOpts) || (!pl.usesGPU(oldPod) && !pl.usesGPU(newPod)) || fault.DropFreedGPU() {
-			return
-		}
-		pl.judgeBoundNode(logger, m, newPod)
-	})
-	return pl.answer(logger, pod, m)
-}
-
 func (pl *GPUFit) answer(logger klog.Logger, pod *v1.Pod, m *hintMemo) (fwk.QueueingHint, error) {
 	switch {
 	case m.err != nil:
@@ -233,11 +218,6 @@ func (pl *GPUFit) isSchedulableAfterTargetPodUpdate(logger klog.Logger, pod *v1.
 	}
 	logger.V(5).Info("the pod's GPU request changed", "pod", klog.KObj(pod))
 	return fwk.Queue, nil
-}
-
-// terminal pods hold nothing.
-func terminal(p *v1.Pod) bool {
-	return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
 }
 
 // sameGPURequest compares what ParseRequest reads, without parsing.

@@ -33,8 +33,6 @@ func BenchmarkQueueingHint(b *testing.B) {
 
 	relabelled := node.DeepCopy()
 	relabelled.Labels["feature.node.kubernetes.io/gfd.timestamp"] = "2"
-	status := pods[0].DeepCopy()
-	status.Status.Phase = v1.PodRunning
 	cases := []struct {
 		name     string
 		hint     fwk.QueueingHintFn
@@ -42,7 +40,6 @@ func BenchmarkQueueingHint(b *testing.B) {
 	}{
 		{"node-timestamp-label", e.pl.isSchedulableAfterNodeChange, node, relabelled},
 		{"cpu-pod-deleted", e.pl.isSchedulableAfterPodDelete, cpuPod, nil},
-		{"gpu-pod-status-update", e.pl.isSchedulableAfterPodUpdate, pods[0], status},
 		// Something GPU-relevant: a GPU pod left the node.
 		{"gpu-pod-deleted", e.pl.isSchedulableAfterPodDelete, pods[0], nil},
 	}

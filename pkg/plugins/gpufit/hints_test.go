@@ -29,10 +29,12 @@ func TestEventsToRegister(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[fwk.ClusterEvent]bool{
-		{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel | fwk.UpdateNodeAnnotation}: true,
-		{Resource: fwk.AssignedPod, ActionType: fwk.Delete}:                                                                    true,
-		{Resource: fwk.AssignedPod, ActionType: fwk.Update}:                                                                    true,
-		{Resource: fwk.TargetPod, ActionType: fwk.Update}:                                                                      true,
+		// Not the general update of a bound pod, nor node annotations: the
+		// queue would visit every pending pod on every kubelet status
+		// update and every HAMi handshake.
+		{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel}: true,
+		{Resource: fwk.AssignedPod, ActionType: fwk.Delete}:                                         true,
+		{Resource: fwk.TargetPod, ActionType: fwk.Update}:                                           true,
 	}
 	if len(events) != len(want) {
 		t.Fatalf("got %d events", len(events))
@@ -139,20 +141,6 @@ func TestQueueingHints(t *testing.T) {
 		"deleted from a vanished node":     {pending, nil, nil, "delete", a, nil, fwk.QueueSkip, false},
 		"deleted while reserved elsewhere": {pending, []*v1.Node{full}, []*v1.Pod{b}, "delete", a, nil, fwk.QueueSkip, true},
 
-		"bound pod status update": {pending, []*v1.Node{full}, []*v1.Pod{a, b}, "update", a, podStatusUpdate, fwk.QueueSkip, false},
-		// The pod still holds what it requests: a removed or rewritten
-		// assignment frees nothing.
-		"assignment removed frees nothing": {pending, []*v1.Node{full}, []*v1.Pod{withAnnotations(a), b}, "update", a, withAnnotations(a), fwk.QueueSkip, false},
-		// A whole-GPU pod rewriting its assignment to 1 milli frees no room
-		// for a share (the old accounting saw 999 milli free).
-		"assignment forged to nothing": {pendingShared, []*v1.Node{full}, []*v1.Pod{withAnnotations(a, gpu.AnnotationAssignment, "full:0=1"), b}, "update", a,
-			withAnnotations(a, gpu.AnnotationAssignment, "full:0=1"), fwk.QueueSkip, false},
-		// A CPU pod dropping a forged claim frees nothing: it never held the
-		// device, so no pending pod waited for it (the old accounting saw a
-		// device freed and requeued).
-		"CPU pod's forged assignment removed": {pending, []*v1.Node{full}, []*v1.Pod{cpuOnly, b}, "update", withAnnotations(cpuOnly, gpu.AnnotationAssignment, "full:0=1000"),
-			cpuOnly, fwk.QueueSkip, false},
-
 		"own request changed":   {pending, nil, nil, "target", pendingShared, withAnnotations(pendingShared, gpu.AnnotationMilli, "100"), fwk.Queue, false},
 		"own annotation fixed":  {pending, nil, nil, "target", withAnnotations(pendingShared, gpu.AnnotationMilli, "x"), pendingShared, fwk.Queue, false},
 		"own status update":     {pending, nil, nil, "target", pendingShared, pendingShared.DeepCopy(), fwk.QueueSkip, false},
@@ -183,8 +171,6 @@ func TestQueueingHints(t *testing.T) {
 				got, err = e.pl.isSchedulableAfterNodeChange(logger, tc.pod, tc.oldObj, tc.newObj)
 			case "delete":
 				got, err = e.pl.isSchedulableAfterPodDelete(logger, tc.pod, tc.oldObj, tc.newObj)
-			case "update":
-				got, err = e.pl.isSchedulableAfterPodUpdate(logger, tc.pod, tc.oldObj, tc.newObj)
 			case "target":
 				got, err = e.pl.isSchedulableAfterTargetPodUpdate(logger, tc.pod, tc.oldObj, tc.newObj)
 			}
