@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fault"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
@@ -219,7 +220,9 @@ func (r *Reconciler) onPod(old, obj interface{}) {
 	if !ok || o.Spec.NodeName == "" || fault.DropFreedGPU() {
 		return
 	}
-	if (o.Annotations[gpu.AnnotationAssignment] != p.Annotations[gpu.AnnotationAssignment] || terminal(p) && !terminal(o)) &&
+	if (o.Annotations[gpu.AnnotationAssignment] != p.Annotations[gpu.AnnotationAssignment] ||
+		o.Annotations[hami.AnnotationAllocated] != p.Annotations[hami.AnnotationAllocated] ||
+		o.Annotations[hami.AnnotationVGPUNode] != p.Annotations[hami.AnnotationVGPUNode] || terminal(p) && !terminal(o)) &&
 		gpu.UsesGPU(p, r.reqOpts) {
 		r.markDirty()
 	}

@@ -24,12 +24,16 @@ func (pl *GPUFit) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHin
 	// bound pod (every kubelet status update would be one): a pod that ends
 	// leaves the scheduler's informer, as a deletion, and an assignment
 	// rewritten on a bound pod frees nothing (the request counts; the
-	// admission policy forbids the edit). Not node annotations (HAMi's
-	// handshake and node lock change them all the time): a device agent's
-	// new registration wakes the requeue reconciler, which activates the
-	// pods it can now place.
+	// admission policy forbids the edit). Node annotations only where a
+	// device agent reports devices in them (HAMi's registration and cordon;
+	// its handshake and node lock change them all the time, and the hint
+	// skips those at once).
+	nodeActions := fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel
+	if pl.reqOpts.Agent != nil {
+		nodeActions |= fwk.UpdateNodeAnnotation
+	}
 	events := []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: nodeActions}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPodDelete},
 		{Event: fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.Update}, QueueingHintFn: pl.isSchedulableAfterTargetPodUpdate},
 	}

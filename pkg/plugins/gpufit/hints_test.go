@@ -29,12 +29,12 @@ func TestEventsToRegister(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[fwk.ClusterEvent]bool{
-		// Not the general update of a bound pod, nor node annotations: the
-		// queue would visit every pending pod on every kubelet status
-		// update and every HAMi handshake.
-		{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel}: true,
-		{Resource: fwk.AssignedPod, ActionType: fwk.Delete}:                                         true,
-		{Resource: fwk.TargetPod, ActionType: fwk.Update}:                                           true,
+		// Not the general update of a bound pod: the queue would visit
+		// every pending pod on every kubelet status update. Node
+		// annotations only with a device agent that reports devices there.
+		{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel | fwk.UpdateNodeAnnotation}: true,
+		{Resource: fwk.AssignedPod, ActionType: fwk.Delete}:                                                                    true,
+		{Resource: fwk.TargetPod, ActionType: fwk.Update}:                                                                      true,
 	}
 	if len(events) != len(want) {
 		t.Fatalf("got %d events", len(events))
@@ -45,6 +45,18 @@ func TestEventsToRegister(t *testing.T) {
 		}
 		if ev.QueueingHintFn == nil {
 			t.Errorf("event %v has no hint", ev.Event)
+		}
+	}
+	// Without a device agent, node annotations carry no device.
+	plain := accountingArgs()
+	plain.HAMi.Enabled = false
+	events, _ = newEnv(tCtx, t, plain, nil, nil).pl.EventsToRegister(tCtx)
+	for _, ev := range events {
+		if ev.Event.Resource == fwk.Node && ev.Event.ActionType&fwk.UpdateNodeAnnotation != 0 {
+			t.Errorf("node annotations registered without a device agent: %v", ev.Event)
+		}
+		if ev.Event.Resource == fwk.AssignedPod && ev.Event.ActionType&fwk.Update != 0 {
+			t.Errorf("the general update of a bound pod is registered: %v", ev.Event)
 		}
 	}
 	// With hints off (the measured baseline), every event requeues.
@@ -98,8 +110,6 @@ func TestQueueingHints(t *testing.T) {
 		}
 		return p
 	}
-	podStatusUpdate := a.DeepCopy()
-	podStatusUpdate.Status.Phase = v1.PodRunning
 
 	tests := map[string]struct {
 		pod *v1.Pod

@@ -59,10 +59,6 @@ func addConversionFuncs(s *runtime.Scheme) error {
 func Convert_v1_GPUFitArgs_To_config_GPUFitArgs(in *GPUFitArgs, out *config.GPUFitArgs) {
 	out.GPUResourceNames = slices.Clone(in.GPUResourceNames)
 	out.VolatileNodeLabels = slices.Clone(in.VolatileNodeLabels)
-	if out.VolatileNodeLabels == nil {
-		out.VolatileNodeLabels = []string{} // none, explicitly
-	}
-	out.VolatileNodeLabels = slices.Clone(in.VolatileNodeLabels)
 	out.GPUProductLabel = ptr.Deref(in.GPUProductLabel, "")
 	out.GPUMemoryLabel = ptr.Deref(in.GPUMemoryLabel, "")
 	out.AssignmentWrite = ptr.Deref(in.AssignmentWrite, "")
@@ -92,6 +88,10 @@ func Convert_v1_GPUFitArgs_To_config_GPUFitArgs(in *GPUFitArgs, out *config.GPUF
 // Convert_config_GPUFitArgs_To_v1_GPUFitArgs converts internal args back.
 func Convert_config_GPUFitArgs_To_v1_GPUFitArgs(in *config.GPUFitArgs, out *GPUFitArgs) {
 	out.GPUResourceNames = slices.Clone(in.GPUResourceNames)
+	out.VolatileNodeLabels = slices.Clone(in.VolatileNodeLabels)
+	if out.VolatileNodeLabels == nil {
+		out.VolatileNodeLabels = []string{} // none, explicitly: defaulting must not add GFD's
+	}
 	out.GPUProductLabel = ptr.To(in.GPUProductLabel)
 	out.GPUMemoryLabel = ptr.To(in.GPUMemoryLabel)
 	out.AssignmentWrite = ptr.To(in.AssignmentWrite)
