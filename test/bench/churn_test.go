@@ -263,40 +263,9 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 			os.WriteFile(filepath.Join(*tpProfile, fmt.Sprintf("cpu-%s.pprof", ns)), []byte(body), 0o644)
 		}()
 	}
-	// Per-second samples of binds, from the first to the last.
-	var samples []float64
-	var last int64
-	deadline := submitted.Add(30 * time.Minute)
-	for bound.Load() == 0 && time.Since(submitted) < *chMaxWait {
-		time.Sleep(10 * time.Millisecond)
-	}
+	samples, elapsed := sampleBinds(&bound, *chStream, *chMaxWait, submitted.Add(30*time.Minute))
 	if bound.Load() == 0 {
 		b.Logf("%s: nothing bound %v after the stream was submitted", ns, *chMaxWait)
-	}
-	t0 := time.Now()
-	tick := time.NewTicker(time.Second)
-	idle := 0
-	for now := range tick.C {
-		if bound.Load() == 0 {
-			break
-		}
-		n := bound.Load()
-		samples = append(samples, float64(n-last))
-		if n == last {
-			idle++
-		} else {
-			idle = 0
-		}
-		last = n
-		if n >= int64(*chStream) || idle >= 30 || now.After(deadline) {
-			break
-		}
-	}
-	tick.Stop()
-	elapsed := time.Since(t0)
-	for len(samples) > 1 && samples[len(samples)-1] == 0 {
-		samples = samples[:len(samples)-1]
-		elapsed -= time.Second
 	}
 	window := time.Since(submitted).Seconds()
 	after := scrape(ctx, sched)

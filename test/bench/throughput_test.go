@@ -354,38 +354,9 @@ func runThroughput(ctx context.Context, b *testing.B, key, schedBin, workload st
 			}
 		}()
 	}
-	// Per-second samples from the first bind to the last.
-	var samples []float64
-	var last int64
-	deadline := time.Now().Add(30 * time.Minute)
-	for bound.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	t0 := time.Now()
-	tick := time.NewTicker(time.Second)
-	idle := 0
-	for now := range tick.C {
-		n := bound.Load()
-		samples = append(samples, float64(n-last))
-		if n == last {
-			idle++
-		} else {
-			idle = 0
-		}
-		last = n
-		if n >= int64(*tpPods) || idle >= 30 || now.After(deadline) {
-			break
-		}
-	}
-	tick.Stop()
-	elapsed := time.Since(t0)
+	samples, elapsed := sampleBinds(&bound, *tpPods, 30*time.Minute, time.Now().Add(30*time.Minute))
 	if profDone != nil {
 		<-profDone
-	}
-	// Drop the trailing idle seconds and the last partial second.
-	for len(samples) > 1 && samples[len(samples)-1] == 0 {
-		samples = samples[:len(samples)-1]
-		elapsed -= time.Second
 	}
 	res := &Throughput{Variant: key, Scheduler: schedBin, Workload: workload, Nodes: *tpNodes, Pods: *tpPods,
 		Seconds: elapsed.Seconds(), PeakRSSMiB: procPeakRSS(sched.Pid()), CPUSeconds: procCPU(sched.Pid()),
@@ -425,6 +396,44 @@ func runThroughput(ctx context.Context, b *testing.B, key, schedBin, workload st
 		return nil, fmt.Errorf("variant %s: %w", key, err)
 	}
 	return res, nil
+}
+
+// sampleBinds counts binds per second, from the first bind to the last: it
+// waits up to firstWithin for the first, then samples until want are bound,
+// 30 seconds pass with none, or the deadline. The trailing idle seconds and
+// the last partial second are dropped. Nothing bound: no samples.
+func sampleBinds(bound *atomic.Int64, want int, firstWithin time.Duration, deadline time.Time) ([]float64, time.Duration) {
+	for start := time.Now(); bound.Load() == 0 && time.Since(start) < firstWithin; {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if bound.Load() == 0 {
+		return nil, 0
+	}
+	var samples []float64
+	var last int64
+	t0 := time.Now()
+	tick := time.NewTicker(time.Second)
+	idle := 0
+	for now := range tick.C {
+		n := bound.Load()
+		samples = append(samples, float64(n-last))
+		if n == last {
+			idle++
+		} else {
+			idle = 0
+		}
+		last = n
+		if n >= int64(want) || idle >= 30 || now.After(deadline) {
+			break
+		}
+	}
+	tick.Stop()
+	elapsed := time.Since(t0)
+	for len(samples) > 1 && samples[len(samples)-1] == 0 {
+		samples = samples[:len(samples)-1]
+		elapsed -= time.Second
+	}
+	return samples, elapsed
 }
 
 // deleteAllPods deletes a namespace's pods and waits until they are gone. A
