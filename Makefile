@@ -98,11 +98,13 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./pkg/plugins/
 
 # Requeue latency (deletion -> next bind) for the full design, without
-# hints, without the reconciler, and without both; then the reconciler's
-# cost with 5000 pending pods on 1000 nodes. JSON=FILE writes the figures.
+# hints, without the reconciler, and without both, quiet and under churn (a
+# backlog that fits nowhere, CPU pods streamed through the scheduler); then
+# the reconciler's cost with 5000 pending pods on 1000 nodes. JSON=FILE
+# writes the figures; BENCH_ARGS="-requeue-churn=false" skips the churn runs.
 bench-requeue: binaries
 	$(GO) test -count=1 -timeout 60m -run '^$$' -bench 'BenchmarkRequeueLatency|BenchmarkReconcilerCost' -benchtime 1x ./test/bench/ \
-		-args $(if $(JSON),-json $(abspath $(JSON))) 2>&1 | grep -vE '^[IWE][0-9]{4} ' ; exit $${PIPESTATUS[0]}
+		-args $(if $(JSON),-json $(abspath $(JSON))) $(BENCH_ARGS) 2>&1 | grep -vE '^[IWE][0-9]{4} ' ; exit $${PIPESTATUS[0]}
 
 # The openb replay grid: 17 workloads x 10 seeds x the six policies, next
 # to the published FGD results. Runs already done in OUT/runs are reused.

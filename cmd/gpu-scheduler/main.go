@@ -7,17 +7,27 @@ import (
 	"fmt"
 	"os"
 
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/component-base/cli"
 	_ "k8s.io/component-base/logs/json/register" // JSON log format
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
 	_ "k8s.io/component-base/metrics/prometheus/version"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+	"k8s.io/kubernetes/pkg/features"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/version"
 )
 
 func main() {
+	// On by default here (alpha upstream in v1.37): GPUFit uses it to keep
+	// a backlog of pods that wait for GPUs out of the queue's walk on every
+	// bound pod that comes or goes (docs/api.md). The --feature-gates flag,
+	// parsed later, still decides: SchedulerPreQueueingHints=false.
+	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(map[string]bool{string(features.SchedulerPreQueueingHints): true}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	cmd := app.NewSchedulerCommand(plugins.Options()...)
 	cmd.Use = "gpu-scheduler"
 	cmd.Short = "GPU-aware secondary scheduler (kube-scheduler v1.37.2 with GPU plugins)"

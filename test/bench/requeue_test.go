@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,6 +34,12 @@ import (
 var (
 	jsonOut = flag.String("json", "", "write the results as JSON to this file")
 	trials  = flag.Int("trials", 40, "deletions per variant")
+	// Under churn the active queue is busy, so the queue no longer pops
+	// backing-off pods early and the requeue path is what decides.
+	rqChurn   = flag.Bool("requeue-churn", true, "also measure each variant under churn")
+	rqBacklog = flag.Int("requeue-backlog", 2000, "GPU pods that fit nowhere, pending during the churn runs")
+	rqOnly    = flag.String("requeue-variants", "", "comma-separated variants to run (full, no-hints, no-reconciler, baseline); all when empty")
+	rqStream  = flag.Int("requeue-stream", 100, "CPU pods per second created through the scheduler (and deleted 3 s later) during the churn runs")
 	cluster *harness.Cluster
 )
 
@@ -79,6 +86,13 @@ type LatencyStats struct {
 	P99ms  float64 `json:"p99"`
 	MaxMs  float64 `json:"max"`
 	Lost   int     `json:"timeouts"`
+	Churn  bool    `json:"churn"`
+	// Scheduling attempts per second while the trials ran: what the
+	// requeue path costs the scheduler (under churn, mostly the backlog
+	// being woken).
+	AttemptsPerS float64 `json:"attempts_per_s"`
+	// CPU pods of the churn stream bound per second during the trials.
+	StreamPerS float64 `json:"stream_bound_per_s,omitempty"`
 	AllMs  []int64 `json:"latencies_ms"`
 	Unit   string  `json:"unit"`
 	Sample string  `json:"-"`
@@ -104,19 +118,45 @@ func BenchmarkRequeueLatency(b *testing.B) {
 		{"no-reconciler", true, false},
 		{"baseline", false, false},
 	}
+	modes := []bool{false}
+	if *rqChurn {
+		modes = append(modes, true)
+	}
 	results := map[string]*LatencyStats{}
-	for _, v := range variants {
-		st, err := runLatency(b, v, *trials)
-		if err != nil {
-			b.Fatalf("%s: %v", v.Key, err)
+	var keys []string
+	for _, churn := range modes {
+		for _, v := range variants {
+			if *rqOnly != "" && !strings.Contains(","+*rqOnly+",", ","+v.Key+",") {
+				continue
+			}
+			st, err := runLatency(b, v, *trials, churn)
+			if err != nil {
+				b.Fatalf("%s churn=%v: %v", v.Key, churn, err)
+			}
+			key := v.Key
+			if churn {
+				key += "-churn"
+			}
+			results[key] = st
+			keys = append(keys, key)
 		}
-		results[v.Key] = st
 	}
 	fmt.Printf("\nRequeue latency: deletion of a bound pod -> next bind of a pending pod (up to %d trials, one per filled device; 50 pending, 32 devices)\n", *trials)
-	fmt.Printf("%-14s %6s %11s %6s %9s %9s %9s %8s\n", "variant", "hints", "reconciler", "n", "p50 ms", "p99 ms", "max ms", "timeouts")
-	for _, v := range variants {
-		r := results[v.Key]
-		fmt.Printf("%-14s %6v %11v %6d %9.1f %9.1f %9.1f %8d\n", v.Key, v.Hints, v.Reconciler, r.N, r.P50ms, r.P99ms, r.MaxMs, r.Lost)
+	if *rqChurn {
+		fmt.Printf("churn: %d pending GPU pods that fit nowhere, %d CPU pods/s scheduled and deleted 3 s later\n", *rqBacklog, *rqStream)
+	}
+	fmt.Printf("%-20s %6s %11s %6s %9s %9s %9s %8s %11s %11s %12s\n", "variant", "hints", "reconciler", "n", "p50 ms", "p99 ms", "max ms", "timeouts", "attempts/s", "stream/s", "p99/baseline")
+	for _, k := range keys {
+		r := results[k]
+		if r == nil {
+			continue
+		}
+		base := results[strings.Replace(k, r.Key, "baseline", 1)]
+		ratio := 0.0
+		if base != nil && base.P99ms > 0 {
+			ratio = r.P99ms / base.P99ms
+		}
+		fmt.Printf("%-20s %6v %11v %6d %9.1f %9.1f %9.1f %8d %11.1f %11.1f %12.2f\n", k, r.Hints, r.Reconciler, r.N, r.P50ms, r.P99ms, r.MaxMs, r.Lost, r.AttemptsPerS, r.StreamPerS, ratio)
 	}
 	if *jsonOut != "" {
 		for k, v := range results {
@@ -140,9 +180,12 @@ func writeJSON(b testing.TB, path, key string, v any) {
 	}
 }
 
-func runLatency(b *testing.B, v variant, trials int) (*LatencyStats, error) {
+func runLatency(b *testing.B, v variant, trials int, churn bool) (*LatencyStats, error) {
 	ctx := context.Background()
 	profile := "bench-" + v.Key
+	if churn {
+		profile += "-churn"
+	}
 	sched, err := harness.StartProfile(ctx, cluster, filepath.Join(harness.BinDir(), "gpu-scheduler"), profile, nil,
 		func(cfg *configv1.KubeSchedulerConfiguration) {
 			gpuFitArgs(cfg, func(r *ourv1.RequeueArgs) {
@@ -162,13 +205,20 @@ func runLatency(b *testing.B, v variant, trials int) (*LatencyStats, error) {
 	s.AddNodes(nodes...)
 
 	// Watch binds as they happen.
+	var streamBound atomic.Int64
 	var mu sync.Mutex
 	boundAt := map[string]time.Time{}
 	f := informers.NewSharedInformerFactoryWithOptions(cluster.Client, 0, informers.WithNamespace(s.NS))
 	inf := f.Core().V1().Pods().Informer()
-	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, obj interface{}) {
+	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(old, obj interface{}) {
 		p := obj.(*v1.Pod)
 		if p.Spec.NodeName != "" {
+			if strings.HasPrefix(p.Name, "stream-") {
+				if _, ok := old.(*v1.Pod); ok && old.(*v1.Pod).Spec.NodeName == "" {
+					streamBound.Add(1)
+				}
+				return
+			}
 			mu.Lock()
 			if _, ok := boundAt[p.Name]; !ok {
 				boundAt[p.Name] = time.Now()
@@ -212,7 +262,28 @@ func runLatency(b *testing.B, v variant, trials int) (*LatencyStats, error) {
 		}
 		return n, last
 	}
-	st := &LatencyStats{variant: v, Unit: "ms"}
+	st := &LatencyStats{variant: v, Unit: "ms", Churn: churn}
+	if churn {
+		stopChurn, err := requeueChurn(ctx, b, s, profile)
+		if err != nil {
+			return nil, err
+		}
+		defer stopChurn()
+	}
+	attempts0 := scrape(ctx, sched).sum("scheduler_schedule_attempts_total")
+	if *tpProfile != "" {
+		go func() {
+			code, body, err := sched.GetWithin(context.Background(), "/debug/pprof/profile?seconds=20", time.Minute)
+			if err != nil || code != 200 {
+				b.Logf("%s: CPU profile: %d %v", profile, code, err)
+				return
+			}
+			os.MkdirAll(*tpProfile, 0o755)
+			os.WriteFile(filepath.Join(*tpProfile, "cpu-"+profile+".pprof"), []byte(body), 0o644)
+		}()
+	}
+	stream0 := streamBound.Load()
+	began := time.Now()
 	var lat []float64
 	for i := 0; i < trials && i < len(filled) && i < len(pending); i++ {
 		before, _ := countBound()
@@ -233,6 +304,9 @@ func runLatency(b *testing.B, v variant, trials int) (*LatencyStats, error) {
 		st.AllMs = append(st.AllMs, d.Milliseconds())
 		time.Sleep(300 * time.Millisecond)
 	}
+	window := time.Since(began).Seconds()
+	st.AttemptsPerS = (scrape(ctx, sched).sum("scheduler_schedule_attempts_total") - attempts0) / window
+	st.StreamPerS = float64(streamBound.Load()-stream0) / window
 	sort.Float64s(lat)
 	st.N = len(lat)
 	st.P50ms, st.P99ms = percentile(lat, 50), percentile(lat, 99)
@@ -360,4 +434,74 @@ func procPeakRSS(pid int) float64 {
 		}
 	}
 	return 0
+}
+
+// requeueChurn puts a backlog of GPU pods that fit nowhere in the scheduler's
+// queue and streams CPU pods through it (each deleted 3 s after it was
+// created), so the active queue is busy and bound pods come and go while
+// the trials run. It returns once the backlog was tried.
+func requeueChurn(ctx context.Context, b *testing.B, s *harness.Scope, profile string) (func(), error) {
+	var backlog []*v1.Pod
+	for i := 0; i < *rqBacklog; i++ {
+		backlog = append(backlog, s.Pod(harness.PodSpec{Name: fmt.Sprintf("backlog-%05d", i), GPUs: 1, Model: "NVIDIA-H100-80GB-HBM3", Scheduler: profile}))
+	}
+	t0 := time.Now()
+	if err := createPods(ctx, backlog); err != nil {
+		return nil, err
+	}
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := cluster.Client.CoreV1().Pods(s.NS).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		n := 0
+		for i := range list.Items {
+			if strings.HasPrefix(list.Items[i].Name, "backlog-") && harness.Unschedulable(&list.Items[i]) != "" {
+				n++
+			}
+		}
+		return n == *rqBacklog, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("backlog not tried: %w", err)
+	}
+	b.Logf("%s: %d backlog pods unschedulable after %v", profile, *rqBacklog, time.Since(t0).Round(time.Second))
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if *rqStream <= 0 {
+			return
+		}
+		tick := time.NewTicker(time.Second / time.Duration(*rqStream))
+		defer tick.Stop()
+		var alive []string
+		for i := 0; ; i++ {
+			select {
+			case <-cctx.Done():
+				return
+			case <-tick.C:
+			}
+			p := s.Pod(harness.PodSpec{Name: fmt.Sprintf("stream-%07d", i), Scheduler: profile})
+			var victim string
+			alive = append(alive, p.Name)
+			if len(alive) > 3**rqStream {
+				victim, alive = alive[0], alive[1:]
+			}
+			go func() {
+				cluster.Client.CoreV1().Pods(s.NS).Create(cctx, p, metav1.CreateOptions{})
+				if victim != "" {
+					cluster.Client.CoreV1().Pods(s.NS).Delete(cctx, victim, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+				}
+			}()
+		}
+	}()
+	time.Sleep(10 * time.Second) // the stream at its rate before the trials
+	return func() {
+		cancel()
+		<-done
+		if err := deleteAllPods(ctx, s.NS); err != nil {
+			b.Log(err)
+		}
+	}, nil
 }

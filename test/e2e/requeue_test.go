@@ -210,3 +210,65 @@ func metric(t *testing.T, s interface {
 	f, _ := strconv.ParseFloat(v, 64)
 	return f
 }
+
+// A backlog of GPU pods that only GPUFit rejected is left out of the queue's
+// walk for bound pods that free no GPU (PreQueueingHint): a pod blocked on
+// CPU still wakes when a CPU pod goes, and a share that waits for its device
+// still wakes when the share on it goes.
+func TestBacklogNarrowsBoundPodEvents(t *testing.T) {
+	if !cluster.Local() {
+		t.Skip("starts its own scheduler process")
+	}
+	const profile = "gpu-scheduler-narrow"
+	sched, err := harness.StartProfile(context.Background(), cluster, filepath.Join(harness.BinDir(), "gpu-scheduler"), profile, nil,
+		func(cfg *configv1.KubeSchedulerConfiguration) {
+			harness.AccountingOnlySharing(cfg)
+			for i := range cfg.Profiles[0].PluginConfig {
+				if a, ok := cfg.Profiles[0].PluginConfig[i].Args.Object.(*ourv1.GPUFitArgs); ok {
+					if a.Requeue == nil {
+						a.Requeue = &ourv1.RequeueArgs{}
+					}
+					// The queue alone must wake them: no reconciler.
+					a.Requeue.Enabled = ptr.To(false)
+				}
+			}
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sched.Stop(5 * time.Second)
+	s := cluster.NewScope(t)
+	s.AddNodes(fleet.Node{Name: "n", CPU: "4", Memory: "64Gi", GPUs: 1, Model: "Tesla-T4", MemoryMiB: 15360})
+	s.Create(s.Pod(harness.PodSpec{Name: "holder", Milli: 600, Scheduler: profile}), s.Pod(harness.PodSpec{Name: "hog", CPU: "3", Scheduler: profile}))
+	s.WaitBound(bindTimeout, "holder", "hog")
+	// More than the narrowing needs to pay: pods for a model no node has.
+	var waiting []string
+	for i := 0; i < 80; i++ {
+		name := "backlog-" + strconv.Itoa(i)
+		s.Create(s.Pod(harness.PodSpec{Name: name, GPUs: 1, Model: "NVIDIA-H100-80GB-HBM3", Scheduler: profile}))
+		waiting = append(waiting, name)
+	}
+	s.Create(s.Pod(harness.PodSpec{Name: "share", Milli: 600, Scheduler: profile}), s.Pod(harness.PodSpec{Name: "cpu", CPU: "2", Scheduler: profile}))
+	for _, p := range append(waiting, "share", "cpu") {
+		s.WaitUnschedulable(bindTimeout, p)
+	}
+	// Past their backoff: every one of them sits in the unschedulable pool.
+	time.Sleep(3 * time.Second)
+	narrowed := func() float64 {
+		return metric(t, sched, `scheduler_pre_queueing_hint_evaluations_total{plugin="GPUFit",result="narrowed"}`)
+	}
+	before := narrowed()
+	s.Delete("hog") // frees CPU, no GPU
+	s.WaitBound(bindTimeout, "cpu")
+	// The queue's metrics are recorded asynchronously, flushed every second.
+	var after float64
+	wait.PollUntilContextTimeout(s.Ctx, 200*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		after = narrowed()
+		return after > before, nil
+	})
+	if after <= before {
+		t.Errorf("the CPU pod's deletion was not narrowed (%v -> %v): is SchedulerPreQueueingHints on?", before, after)
+	}
+	s.Delete("holder") // frees the device
+	s.WaitBound(bindTimeout, "share")
+}

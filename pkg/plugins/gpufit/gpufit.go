@@ -91,6 +91,9 @@ type GPUFit struct {
 	rec *requeue.Reconciler
 	// memo is the last event the queueing hints judged.
 	memo atomic.Pointer[hintMemo]
+	// narrow names the pending pods worth visiting for a bound pod that
+	// comes or goes (nil without hints or informers).
+	narrow *narrower
 }
 
 // bindInFlight is GPUFit.inFlight's default.
@@ -139,6 +142,23 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	pl.inFlight.Store(int64(bindInFlight))
 	if f := h.SharedInformerFactory(); f != nil {
 		pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
+		if pl.hints {
+			pl.narrow = newNarrower(pods)
+			if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+				AddFunc:    pl.narrow.observe,
+				UpdateFunc: func(_, obj interface{}) { pl.narrow.observe(obj) },
+				DeleteFunc: func(obj interface{}) {
+					if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+						obj = t.Obj
+					}
+					if p, ok := obj.(*v1.Pod); ok {
+						pl.narrow.forget(p)
+					}
+				},
+			}); err != nil {
+				return nil, err
+			}
+		}
 		// One accounting per process: its handlers and monitor run once,
 		// whichever profile comes first.
 		if s.Once("watch") {
@@ -322,6 +342,9 @@ func (pl *GPUFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	// Only the leader runs cycles: without leader election, this tells the
 	// reconciler and the monitor that this process may act.
 	pl.shared.SetScheduling()
+	if pl.narrow != nil {
+		pl.narrow.release(pod)
+	}
 	if pl.rec != nil {
 		// This attempt's PostFilter, if any, tells what blocks the pod now.
 		pl.rec.ForgetRejection(pod.UID)

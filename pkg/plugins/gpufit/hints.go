@@ -37,6 +37,13 @@ func (pl *GPUFit) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHin
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPodDelete},
 		{Event: fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.Update}, QueueingHintFn: pl.isSchedulableAfterTargetPodUpdate},
 	}
+	if pl.narrow != nil {
+		// Bound pods that come or go without freeing a GPU: the queue
+		// visits only the pods some other plugin rejected (narrow.go).
+		events[1].PreQueueingHintFn = pl.narrowAfterPodDelete
+		events = append(events, fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Add},
+			QueueingHintFn: pl.isSchedulableAfterPodAdd, PreQueueingHintFn: pl.narrowAfterPodAdd})
+	}
 	if !pl.hints {
 		// Measured baseline: every registered event requeues.
 		for i := range events {

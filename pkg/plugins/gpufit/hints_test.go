@@ -35,6 +35,8 @@ func TestEventsToRegister(t *testing.T) {
 		{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel | fwk.UpdateNodeAnnotation}: true,
 		{Resource: fwk.AssignedPod, ActionType: fwk.Delete}:                                                                    true,
 		{Resource: fwk.TargetPod, ActionType: fwk.Update}:                                                                      true,
+		// Only to narrow the queue's walk (narrow.go); its hint skips.
+		{Resource: fwk.AssignedPod, ActionType: fwk.Add}: true,
 	}
 	if len(events) != len(want) {
 		t.Fatalf("got %d events", len(events))
@@ -45,6 +47,9 @@ func TestEventsToRegister(t *testing.T) {
 		}
 		if ev.QueueingHintFn == nil {
 			t.Errorf("event %v has no hint", ev.Event)
+		}
+		if (ev.Event.Resource == fwk.AssignedPod) != (ev.PreQueueingHintFn != nil) {
+			t.Errorf("event %v: PreQueueingHint %v, want one on bound pods only", ev.Event, ev.PreQueueingHintFn != nil)
 		}
 	}
 	// Without a device agent, node annotations carry no device.
@@ -65,7 +70,7 @@ func TestEventsToRegister(t *testing.T) {
 	off := newEnv(tCtx, t, args, nil, nil)
 	events, _ = off.pl.EventsToRegister(tCtx)
 	for _, ev := range events {
-		if ev.QueueingHintFn != nil {
+		if ev.QueueingHintFn != nil || ev.PreQueueingHintFn != nil {
 			t.Errorf("hints disabled, but %v has one", ev.Event)
 		}
 	}

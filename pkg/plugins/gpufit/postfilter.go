@@ -18,9 +18,10 @@ var _ fwk.PostFilterPlugin = &GPUFit{}
 // pod whose every rejection it re-checks. A pod held by anything else (an
 // anti-affinity, a volume, a port) is left to the scheduler's hints and
 // backoff. It runs after DefaultPreemption, and only when that nominated
-// nothing.
+// nothing. A pod GPUFit alone rejected is also left out of the bound-pod
+// events that free no GPU (narrow.go).
 func (pl *GPUFit) PostFilter(_ context.Context, _ fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
-	if pl.rec == nil {
+	if pl.rec == nil && pl.narrow == nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	nodes, err := pl.handle.SnapshotSharedLister().NodeInfos().List()
@@ -39,7 +40,10 @@ func (pl *GPUFit) PostFilter(_ context.Context, _ fwk.CycleState, pod *v1.Pod, s
 			plugins = append(plugins, name)
 		}
 	}
-	pl.rec.RecordRejection(pod, plugins)
+	if pl.rec != nil {
+		pl.rec.RecordRejection(pod, plugins)
+	}
+	pl.recordRejectors(pod, plugins)
 	return nil, fwk.NewStatus(fwk.Unschedulable)
 }
 
