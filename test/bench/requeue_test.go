@@ -40,7 +40,7 @@ var (
 	rqBacklog = flag.Int("requeue-backlog", 2000, "GPU pods that fit nowhere, pending during the churn runs")
 	rqOnly    = flag.String("requeue-variants", "", "comma-separated variants to run (full, no-hints, no-reconciler, baseline); all when empty")
 	rqStream  = flag.Int("requeue-stream", 100, "CPU pods per second created through the scheduler (and deleted 3 s later) during the churn runs")
-	cluster *harness.Cluster
+	cluster   *harness.Cluster
 )
 
 func TestMain(m *testing.M) {
@@ -81,21 +81,21 @@ type variant struct {
 // LatencyStats is one variant's requeue latency.
 type LatencyStats struct {
 	variant
-	N      int     `json:"trials"`
-	P50ms  float64 `json:"p50"`
-	P99ms  float64 `json:"p99"`
-	MaxMs  float64 `json:"max"`
-	Lost   int     `json:"timeouts"`
-	Churn  bool    `json:"churn"`
+	N     int     `json:"trials"`
+	P50ms float64 `json:"p50"`
+	P99ms float64 `json:"p99"`
+	MaxMs float64 `json:"max"`
+	Lost  int     `json:"timeouts"`
+	Churn bool    `json:"churn"`
 	// Scheduling attempts per second while the trials ran: what the
 	// requeue path costs the scheduler (under churn, mostly the backlog
 	// being woken).
 	AttemptsPerS float64 `json:"attempts_per_s"`
 	// CPU pods of the churn stream bound per second during the trials.
 	StreamPerS float64 `json:"stream_bound_per_s,omitempty"`
-	AllMs  []int64 `json:"latencies_ms"`
-	Unit   string  `json:"unit"`
-	Sample string  `json:"-"`
+	AllMs      []int64 `json:"latencies_ms"`
+	Unit       string  `json:"unit"`
+	Sample     string  `json:"-"`
 }
 
 func percentile(sorted []float64, p float64) float64 {
