@@ -59,6 +59,10 @@ type Churn struct {
 	// one event).
 	HintCallsPerS float64 `json:"hint_calls_per_s,omitempty"`
 	HintMeanUs    float64 `json:"hint_mean_us,omitempty"`
+	// Bound-pod events for which GPUFit's PreQueueingHint named the pods to
+	// visit, against those where every pod was visited.
+	NarrowedPerS float64 `json:"narrowed_events_per_s,omitempty"`
+	AllPodsPerS  float64 `json:"all_pods_events_per_s,omitempty"`
 	// The requeue reconciler since the scheduler started: passes and their
 	// mean duration; its work queue when the stream was bound; reason
 	// writes per second during the stream.
@@ -111,11 +115,11 @@ func BenchmarkChurn(b *testing.B) {
 	}
 	fmt.Printf("\nGPU pods bound under churn: %d nodes, %d pending pods that fit nowhere, GFD label every %v per node, %d CPU pods/s created and deleted; stream of %d GPU pods\n",
 		*tpNodes, *chBacklog, *chLabelPeriod, *chCPUChurn, *chStream)
-	fmt.Printf("%-15s %-6s %9s %6s %6s %7s %7s %9s %8s %10s %9s %7s %9s %8s %9s\n", "scheduler", "churn", "avg pod/s", "p50", "p99", "seconds", "CPU s", "peak RSS",
-		"API/s", "hints/s", "hint µs", "passes", "pass s", "queue", "reasons/s")
+	fmt.Printf("%-15s %-6s %9s %6s %6s %7s %7s %9s %8s %10s %9s %10s %7s %9s %8s %9s\n", "scheduler", "churn", "avg pod/s", "p50", "p99", "seconds", "CPU s", "peak RSS",
+		"API/s", "hints/s", "hint µs", "narrowed/s", "passes", "pass s", "queue", "reasons/s")
 	for _, r := range rows {
-		fmt.Printf("%-15s %-6v %9.1f %6.0f %6.0f %7.1f %7.1f %6.0fMiB %8.1f %10.0f %9.3f %7.0f %9.3f %8.0f %9.2f\n", r.Scheduler, r.Churn, r.Average, r.P50, r.P99, r.Seconds,
-			r.CPUSeconds, r.PeakRSSMiB, r.APIRequestsPerS, r.HintCallsPerS, r.HintMeanUs, r.Passes, r.PassMeanSeconds, r.QueueDepth, r.ReasonWritesPS)
+		fmt.Printf("%-15s %-6v %9.1f %6.0f %6.0f %7.1f %7.1f %6.0fMiB %8.1f %10.0f %9.3f %10.1f %7.0f %9.3f %8.0f %9.2f\n", r.Scheduler, r.Churn, r.Average, r.P50, r.P99, r.Seconds,
+			r.CPUSeconds, r.PeakRSSMiB, r.APIRequestsPerS, r.HintCallsPerS, r.HintMeanUs, r.NarrowedPerS, r.Passes, r.PassMeanSeconds, r.QueueDepth, r.ReasonWritesPS)
 	}
 	for _, k := range []string{"ours", "vanilla"} {
 		if v, ok := out["ratio_churn_"+k]; ok {
@@ -294,6 +298,11 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 	secs := after.sumWhere("scheduler_queueing_hint_execution_duration_seconds_sum", `plugin="GPUFit"`) -
 		before.sumWhere("scheduler_queueing_hint_execution_duration_seconds_sum", `plugin="GPUFit"`)
 	res.HintCallsPerS = calls / window
+	pre := func(result string) float64 {
+		name, label := "scheduler_pre_queueing_hint_evaluations_total", `result="`+result+`"`
+		return (after.sumWhere(name, label) - before.sumWhere(name, label)) / window
+	}
+	res.NarrowedPerS, res.AllPodsPerS = pre("narrowed"), pre("all_pods")
 	if calls > 0 {
 		res.HintMeanUs = secs / calls * 1e6
 	}

@@ -20,9 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/features"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
@@ -142,8 +144,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	pl.inFlight.Store(int64(bindInFlight))
 	if f := h.SharedInformerFactory(); f != nil {
 		pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
-		if pl.hints {
-			pl.narrow = newNarrower(pods)
+		// A bound pod waiting on a deferred resize sits in the pool too,
+		// where the narrowing does not follow it.
+		if pl.hints && !utilfeature.DefaultFeatureGate.Enabled(features.InPlacePodVerticalScalingSchedulerPreemption) {
+			pl.narrow = newNarrower(h, pods)
+			go pl.narrow.prune(ctx)
 			if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 				AddFunc:    pl.narrow.observe,
 				UpdateFunc: func(_, obj interface{}) { pl.narrow.observe(obj) },
@@ -343,7 +348,7 @@ func (pl *GPUFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	// reconciler and the monitor that this process may act.
 	pl.shared.SetScheduling()
 	if pl.narrow != nil {
-		pl.narrow.release(pod)
+		pl.narrow.move(pod, stAttempting)
 	}
 	if pl.rec != nil {
 		// This attempt's PostFilter, if any, tells what blocks the pod now.

@@ -189,10 +189,11 @@ func (pl *GPUFit) isSchedulableAfterPodDelete(logger klog.Logger, pod *v1.Pod, o
 			m.err = err
 			return
 		}
-		if deleted.Spec.NodeName == "" || !pl.usesGPU(deleted) || fault.DropFreedGPU() {
+		node := heldNode(deleted)
+		if node == "" || !pl.usesGPU(deleted) || fault.DropFreedGPU() {
 			return
 		}
-		pl.judgeBoundNode(logger, m, deleted)
+		pl.judgeBoundNode(logger, m, node)
 	})
 	return pl.answer(logger, pod, m)
 }
@@ -209,14 +210,25 @@ func (pl *GPUFit) answer(logger klog.Logger, pod *v1.Pod, m *hintMemo) (fwk.Queu
 	return pl.fitsNow(logger, pod, m), nil
 }
 
-// judgeBoundNode judges the node of a bound pod; a node that is gone cannot
-// take the pod. Without an informer nothing is known: Queue.
-func (pl *GPUFit) judgeBoundNode(logger klog.Logger, m *hintMemo, bound *v1.Pod) {
+// judgeBoundNode judges the node a deleted pod held GPUs on; a node that is
+// gone cannot take the pod. Without an informer nothing is known: Queue.
+func (pl *GPUFit) judgeBoundNode(logger klog.Logger, m *hintMemo, node string) {
 	m.relevant = true
 	if pl.handle.SharedInformerFactory() == nil {
 		return
 	}
-	pl.judgeNode(m, pl.nodeOf(logger, bound.Spec.NodeName))
+	pl.judgeNode(m, pl.nodeOf(logger, node))
+}
+
+// heldNode is the node whose GPUs a pod holds in the scheduler's view: its
+// own, or the one it is nominated to (the framework counts a nominated pod
+// there, so its deletion, or a changed nomination, which the scheduler
+// reports as a bound pod's deletion, frees them).
+func heldNode(p *v1.Pod) string {
+	if p.Spec.NodeName != "" {
+		return p.Spec.NodeName
+	}
+	return p.Status.NominatedNodeName
 }
 
 func (pl *GPUFit) isSchedulableAfterTargetPodUpdate(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {

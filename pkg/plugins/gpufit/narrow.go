@@ -2,8 +2,8 @@ package gpufit
 
 import (
 	"context"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
 )
@@ -38,100 +39,162 @@ var _ fwk.PreEnqueuePlugin = &GPUFit{}
 // arrives), and PreFilter, at each attempt, clear it. Pods of a scheduling
 // group are never excluded: a gang's gating plugin reacts to bound pods.
 
-// narrowMinExcluded: below this many excluded pods the walk is cheap, and
-// the queue is left to visit everyone.
-const narrowMinExcluded = 64
+// narrowMinSaved: below this many pods left out of the walk it is cheap,
+// and the queue is left to visit everyone.
+const narrowMinSaved = 64
 
-// narrowPrune is how often keys of pods the informer no longer has are
-// dropped (a pod deleted during its own attempt can be recorded after its
-// deletion was seen).
+// narrowPrune is how often entries of pods the informer no longer has are
+// dropped (a race between a pod's deletion and its attempt can leave one).
 const narrowPrune = 5 * time.Minute
 
-// narrower holds, for the queue's PreQueueingHint, the pending pods and
-// which of them GPUFit alone rejected.
-type narrower struct {
-	// live: PreEnqueue has run at least once. Without it nothing would
-	// clear an exclusion when the pod leaves the pool (a configuration that
-	// enables GPUFit at named extension points only), so nothing is
-	// excluded.
-	live atomic.Bool
-	// pods: the informer's GetByKey, to prune.
-	pods func(key string) (interface{}, bool, error)
+// Where a pending pod is, as far as GPUFit can tell. Only pods in the
+// unschedulable pool are walked; naming a pod that is elsewhere costs the
+// queue a lookup (a key formatted, about 1 µs), so they are left out too.
+type narrowState uint8
 
-	mu       sync.Mutex
-	pending  map[types.NamespacedName]bool // true: excluded
-	excluded int
-	cands    []types.NamespacedName // cached; nil when stale
-	pruned   time.Time
+const (
+	// Seen by the informer only: possibly gated by a PreEnqueue plugin
+	// that runs before GPUFit's, or another scheduler's. Named.
+	stUnknown narrowState = iota
+	// GPUFit's PreEnqueue passed it: it is in the active or backoff queue,
+	// not in the pool, unless another PreEnqueue plugin gated it (the queue
+	// runs them in no fixed order). Of the in-tree ones only two gate on
+	// bound-pod events: GangScheduling (a group's pods are always named)
+	// and DefaultPreemption, for a preemptor whose victims are going, and
+	// a preemptor's attempt ended without GPUFit's PostFilter, so it stays
+	// stAttempting. Not named.
+	stQueued
+	// An attempt ran GPUFit's PreFilter and has not reached its PostFilter:
+	// it may fail after the filters (Reserve, Permit, binding) with any
+	// rejector. Named.
+	stAttempting
+	// Its attempt failed on a plugin that looks at bound pods. Named.
+	stRejected
+	// Its attempt failed only on GPUFit and filters blind to bound pods:
+	// in the pool, and left out.
+	stBlind
+)
+
+func (st narrowState) named() bool { return st != stQueued && st != stBlind }
+
+type narrowEntry struct {
+	uid types.UID
+	st  narrowState
 }
 
-func newNarrower(pods cache.SharedIndexInformer) *narrower {
-	n := &narrower{pending: map[types.NamespacedName]bool{}, pruned: time.Now()}
+// narrower holds, for the queue's PreQueueingHint, the pending pods and
+// where they are.
+type narrower struct {
+	// pods: the informer's GetByKey, to prune.
+	pods func(key string) (interface{}, bool, error)
+	// usable: the profile runs GPUFit's PreEnqueue, PreFilter and
+	// PostFilter. Checked once the framework is built; without them nothing
+	// is left out.
+	check   sync.Once
+	usable  bool
+	plugins func() *config.Plugins
+
+	mu    sync.Mutex
+	state map[types.NamespacedName]narrowEntry
+	named int                    // entries with st.named()
+	blind int                    // entries in stBlind
+	cands []types.NamespacedName // cached; nil when stale
+}
+
+func newNarrower(h fwk.Handle, pods cache.SharedIndexInformer) *narrower {
+	n := &narrower{state: map[types.NamespacedName]narrowEntry{}}
 	if pods != nil {
 		n.pods = pods.GetIndexer().GetByKey
 	}
+	if l, ok := h.(interface{ ListPlugins() *config.Plugins }); ok {
+		n.plugins = l.ListPlugins
+	}
 	return n
+}
+
+// isUsable checks the profile once, after the framework was built: the
+// states are kept by GPUFit's PreEnqueue, PreFilter and PostFilter.
+func (n *narrower) isUsable() bool {
+	n.check.Do(func() {
+		if n.plugins == nil {
+			return
+		}
+		ps := n.plugins()
+		has := func(set []config.Plugin) bool {
+			return slices.ContainsFunc(set, func(p config.Plugin) bool { return p.Name == Name })
+		}
+		n.usable = has(ps.PreEnqueue.Enabled) && has(ps.PreFilter.Enabled) && has(ps.PostFilter.Enabled)
+	})
+	return n.usable
 }
 
 func podKey(p *v1.Pod) types.NamespacedName {
 	return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 }
 
-// set records a pending pod; excluded only with GPUFit its only rejector.
-func (n *narrower) set(p *v1.Pod, excluded bool) {
+// move sets a pending pod's state from a plugin call: only for the pod the
+// informer's store has under that name (the store is updated before any
+// handler runs, so a pod deleted or replaced during its attempt is not
+// written back). A gang's pod is always named: its gating plugin reacts to
+// bound pods.
+func (n *narrower) move(p *v1.Pod, st narrowState) {
+	if p.Spec.SchedulingGroup != nil {
+		st = stUnknown
+	}
 	k := podKey(p)
-	n.mu.Lock()
-	was, known := n.pending[k]
-	if !known || was != excluded {
-		n.pending[k] = excluded
-		n.cands = nil
-		if was {
-			n.excluded--
-		}
-		if excluded {
-			n.excluded++
+	if n.pods != nil {
+		obj, exists, err := n.pods(k.Namespace + "/" + k.Name)
+		if cur, ok := obj.(*v1.Pod); err != nil || !exists || !ok || cur.UID != p.UID {
+			return
 		}
 	}
-	n.mu.Unlock()
-}
-
-// keep adds a pending pod as a candidate unless it is known.
-func (n *narrower) keep(p *v1.Pod) {
-	k := podKey(p)
 	n.mu.Lock()
-	if _, known := n.pending[k]; !known {
-		n.pending[k] = false
-		n.cands = nil
-	}
-	n.mu.Unlock()
-}
-
-// release makes a pod a candidate again (it leaves the pool, or a new
-// attempt starts).
-func (n *narrower) release(p *v1.Pod) {
-	k := podKey(p)
-	n.mu.Lock()
-	if was, known := n.pending[k]; was || !known {
-		if was {
-			n.excluded--
+	defer n.mu.Unlock()
+	old, known := n.state[k]
+	if known && old.uid == p.UID {
+		if old.st == st || st == stQueued && old.st == stAttempting {
+			// Its last attempt failed after the filters, or nominated
+			// victims: it may be gated on their deletion.
+			return
 		}
-		n.pending[k] = false
-		n.cands = nil
 	}
-	n.mu.Unlock()
+	n.set(k, old, known, narrowEntry{uid: p.UID, st: st})
 }
 
+// set replaces k's entry; n.mu held.
+func (n *narrower) set(k types.NamespacedName, old narrowEntry, known bool, e narrowEntry) {
+	if known {
+		n.count(old.st, -1)
+	}
+	n.state[k] = e
+	n.count(e.st, 1)
+	if !known || old.st.named() != e.st.named() {
+		n.cands = nil
+	}
+}
+
+func (n *narrower) count(st narrowState, d int) {
+	if st.named() {
+		n.named += d
+	}
+	if st == stBlind {
+		n.blind += d
+	}
+}
+
+// forget drops a pod that was bound, ended or deleted (this pod, not a
+// later one of the same name).
 func (n *narrower) forget(p *v1.Pod) {
 	k := podKey(p)
 	n.mu.Lock()
-	if was, known := n.pending[k]; known {
-		delete(n.pending, k)
-		n.cands = nil
-		if was {
-			n.excluded--
+	defer n.mu.Unlock()
+	if old, known := n.state[k]; known && old.uid == p.UID {
+		delete(n.state, k)
+		n.count(old.st, -1)
+		if old.st.named() {
+			n.cands = nil
 		}
 	}
-	n.mu.Unlock()
 }
 
 // observe follows the informer: unbound, live pods are pending.
@@ -144,39 +207,69 @@ func (n *narrower) observe(obj interface{}) {
 		n.forget(p)
 		return
 	}
-	n.keep(p)
+	k := podKey(p)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if old, known := n.state[k]; !known || old.uid != p.UID {
+		n.set(k, old, known, narrowEntry{uid: p.UID, st: stUnknown})
+	}
+}
+
+// prune drops entries whose pod the informer no longer has, now and then,
+// outside the queue's lock.
+func (n *narrower) prune(ctx context.Context) {
+	if n.pods == nil {
+		return
+	}
+	t := time.NewTicker(narrowPrune)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n.mu.Lock()
+		keys := make([]types.NamespacedName, 0, len(n.state))
+		for k := range n.state {
+			keys = append(keys, k)
+		}
+		n.mu.Unlock()
+		for _, k := range keys {
+			obj, exists, err := n.pods(k.Namespace + "/" + k.Name)
+			if err != nil {
+				continue
+			}
+			cur, _ := obj.(*v1.Pod)
+			n.mu.Lock()
+			if e, known := n.state[k]; known && (!exists || cur == nil || cur.UID != e.uid || cur.Spec.NodeName != "") {
+				delete(n.state, k)
+				n.count(e.st, -1)
+				if e.st.named() {
+					n.cands = nil
+				}
+			}
+			n.mu.Unlock()
+		}
+	}
 }
 
 // candidates are the pods the queue must visit for an event that frees no
-// GPU; nil: all of them (too few excluded for the narrowing to pay, or the
-// exclusions cannot be trusted). The queue copies the slice into a set, at
-// about the cost of a tenth of a visit per pod, so a large candidate list
-// beside few exclusions is no gain.
+// GPU; nil: all of them (too few left out for the narrowing to pay, or the
+// profile cannot keep the states exact).
 func (n *narrower) candidates() []types.NamespacedName {
-	if !n.live.Load() {
+	if !n.isUsable() {
 		return nil
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.excluded < narrowMinExcluded || len(n.pending)-n.excluded > 2*n.excluded {
+	if n.blind < narrowMinSaved || 2*n.named > n.blind {
 		return nil
 	}
-	if n.pods != nil && time.Since(n.pruned) > narrowPrune {
-		n.pruned = time.Now()
-		for k := range n.pending {
-			if _, exists, err := n.pods(k.Namespace + "/" + k.Name); err == nil && !exists {
-				if n.pending[k] {
-					n.excluded--
-				}
-				delete(n.pending, k)
-				n.cands = nil
-			}
-		}
-	}
 	if n.cands == nil {
-		c := make([]types.NamespacedName, 0, len(n.pending)-n.excluded)
-		for k, ex := range n.pending {
-			if !ex {
+		c := make([]types.NamespacedName, 0, n.named)
+		for k, e := range n.state {
+			if e.st.named() {
 				c = append(c, k)
 			}
 		}
@@ -189,8 +282,7 @@ func (n *narrower) candidates() []types.NamespacedName {
 // leaves the unschedulable pool, which ends the pod's exclusion.
 func (pl *GPUFit) PreEnqueue(_ context.Context, p *v1.Pod) *fwk.Status {
 	if pl.narrow != nil {
-		pl.narrow.live.Store(true)
-		pl.narrow.release(p)
+		pl.narrow.move(p, stQueued)
 	}
 	return nil
 }
@@ -205,19 +297,23 @@ var blindToBoundPods = map[string]bool{
 	names.VolumeBinding: true, names.VolumeZone: true, names.DynamicResources: true, names.NodeDeclaredFeatures: true,
 }
 
-// recordRejectors excludes the pod from the bound-pod events the queue
+// recordRejectors leaves the pod out of the bound-pod events the queue
 // visits while every plugin that rejected it is GPUFit (whose hint skips
 // them when no GPU is freed) or one that never looks at bound pods: a pod
 // for a model no node has, or on a node pool its selector names.
 func (pl *GPUFit) recordRejectors(p *v1.Pod, plugins []string) {
-	if pl.narrow == nil || !pl.narrow.live.Load() {
+	if pl.narrow == nil {
 		return
 	}
-	only := len(plugins) > 0 && p.Spec.SchedulingGroup == nil
+	blind := len(plugins) > 0
 	for _, name := range plugins {
-		only = only && (name == Name || blindToBoundPods[name])
+		blind = blind && (name == Name || blindToBoundPods[name])
 	}
-	pl.narrow.set(p, only)
+	st := stRejected
+	if blind {
+		st = stBlind
+	}
+	pl.narrow.move(p, st)
 }
 
 // narrowAfterPodAdd: a pod that appears on a node takes GPUs and frees none.
@@ -231,7 +327,7 @@ func (pl *GPUFit) narrowAfterPodAdd(_ klog.Logger, _, _ interface{}) (fwk.PreQue
 // hint would skip.
 func (pl *GPUFit) narrowAfterPodDelete(_ klog.Logger, oldObj, newObj interface{}) (fwk.PreQueueingHintResult, error) {
 	deleted, _, err := schedutil.As[*v1.Pod](oldObj, newObj)
-	if err != nil || deleted == nil || (deleted.Spec.NodeName != "" && pl.usesGPU(deleted)) {
+	if err != nil || deleted == nil || (heldNode(deleted) != "" && pl.usesGPU(deleted)) {
 		return fwk.PreQueueingHintResult{AllPods: true}, nil
 	}
 	c := pl.narrow.candidates()

@@ -1,18 +1,21 @@
 package gpufit
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	clientsetfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	configtesting "k8s.io/kubernetes/pkg/scheduler/apis/config/testing"
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -26,8 +29,10 @@ import (
 )
 
 // The queue visits, for a bound pod that frees no GPU, only the pending pods
-// some other plugin rejected: a pod GPUFit alone rejected is left out while
-// it sits in the pool, and only then; a GPU pod's deletion visits everyone.
+// that may be in its pool with a rejector that looks at bound pods: a pod
+// GPUFit (or a filter blind to bound pods) alone rejected is left out while
+// it sits there, and only then; so is a pod in the active or backoff queue.
+// A GPU pod's deletion visits everyone.
 func TestNarrowBoundPodEvents(t *testing.T) {
 	tCtx := tk.Init(t)
 	logger, _ := ktesting.NewTestContext(t)
@@ -37,45 +42,57 @@ func TestNarrowBoundPodEvents(t *testing.T) {
 	if n == nil {
 		t.Fatal("no narrowing with hints on")
 	}
+	// newEnv's framework lists no plugins; TestNarrowNeedsItsExtensionPoints
+	// checks the real profiles.
+	n.check.Do(func() {})
+	n.usable = true
+	store := e.factory.Core().V1().Pods().Informer().GetStore()
+	seen := func(p *v1.Pod) {
+		t.Helper()
+		if err := store.Add(p); err != nil {
+			t.Fatal(err)
+		}
+		n.observe(p)
+	}
 	reject := func(p *v1.Pod, n1, n2 string) {
 		t.Helper()
+		e.pl.PreFilter(tCtx, framework.NewCycleState(), p, nil)
 		statuses := framework.NewDefaultNodeToStatus()
 		statuses.Set("n1", fwk.NewStatus(fwk.Unschedulable, "x").WithPlugin(n1))
 		statuses.Set("n2", fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "y").WithPlugin(n2))
 		e.pl.PostFilter(tCtx, framework.NewCycleState(), p, statuses)
 	}
-	arrive := func(p *v1.Pod) { n.observe(p); e.pl.PreEnqueue(tCtx, p) }
-
-	// Before the queue ever ran PreEnqueue nothing could end an exclusion,
-	// so nothing is excluded.
-	early := wholePod("early", "1").Obj()
-	n.observe(early)
-	reject(early, Name, Name)
-	if n.excluded != 0 {
-		t.Fatalf("excluded %d pods before PreEnqueue ran", n.excluded)
-	}
+	arrive := func(p *v1.Pod) { seen(p); e.pl.PreEnqueue(tCtx, p) }
 
 	var backlog []*v1.Pod
-	for i := range narrowMinExcluded + 10 {
-		p := wholePod(fmt.Sprintf("gpu-%03d", i), "1").Obj()
+	for i := range narrowMinSaved + 16 {
+		p := wholePod(fmt.Sprintf("gpu-%03d", i), "1").UID(fmt.Sprintf("gpu-%03d", i)).Obj()
 		arrive(p)
 		reject(p, Name, Name)
 		backlog = append(backlog, p)
 	}
 	cpuBlocked := st.MakePod().Name("cpu").UID("cpu").Req(map[v1.ResourceName]string{v1.ResourceCPU: "64"}).Obj()
-	mixed := wholePod("mixed", "1").Obj()
-	gang := wholePod("gang", "1").Obj()
+	mixed := wholePod("mixed", "1").UID("mixed").Obj()
+	tainted := wholePod("tainted", "1").UID("tainted").Obj()
+	gang := wholePod("gang", "1").UID("gang").Obj()
 	gang.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptr.To("g")}
-	for _, p := range []*v1.Pod{cpuBlocked, mixed, gang} {
+	queued := wholePod("queued", "1").UID("queued").Obj()
+	gated := wholePod("gated", "1").UID("gated").Obj()
+	preemptor := wholePod("preemptor", "1").UID("preemptor").Obj()
+	for _, p := range []*v1.Pod{cpuBlocked, mixed, tainted, gang, queued, preemptor} {
 		arrive(p)
 	}
 	reject(cpuBlocked, names.NodeResourcesFit, names.NodeResourcesFit)
 	reject(mixed, Name, names.InterPodAffinity)
-	// A taint elsewhere never resolves on a bound pod: still excluded.
-	tainted := wholePod("tainted", "1").Obj()
-	arrive(tainted)
+	// A taint elsewhere never resolves on a bound pod: left out.
 	reject(tainted, Name, names.TaintToleration)
 	reject(gang, Name, Name)
+	// Gated by a PreEnqueue plugin that ran before GPUFit's: never seen.
+	seen(gated)
+	// Its attempt nominated victims (no PostFilter of GPUFit): it may come
+	// back gated on their deletion, whatever GPUFit's PreEnqueue saw.
+	e.pl.PreFilter(tCtx, framework.NewCycleState(), preemptor, nil)
+	e.pl.PreEnqueue(tCtx, preemptor)
 
 	key := func(p *v1.Pod) types.NamespacedName {
 		return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
@@ -98,63 +115,111 @@ func TestNarrowBoundPodEvents(t *testing.T) {
 			t.Errorf("%s: candidates %v, want %v", step, got, wantKeys)
 		}
 	}
-	check("after the rejections", early, cpuBlocked, mixed, gang)
+	check("after the rejections", cpuBlocked, mixed, gang, gated, preemptor)
 
-	// What the exclusion stands on: GPUFit's own hint skips an excluded
-	// pod for a CPU pod's deletion, and the narrowing names the same pods.
+	// What the exclusion stands on: GPUFit's own hint skips a left-out
+	// pod for a CPU pod's deletion.
 	cpuGone := st.MakePod().Name("cpu-gone").UID("cpu-gone").Node("n1").Req(map[v1.ResourceName]string{v1.ResourceCPU: "1"}).Obj()
-	for _, p := range backlog {
+	for _, p := range append(backlog, tainted) {
 		if h, _ := e.pl.isSchedulableAfterPodDelete(logger, p, cpuGone, nil); h != fwk.QueueSkip {
-			t.Fatalf("%s excluded, but GPUFit's hint queues it for a CPU pod's deletion", p.Name)
+			t.Fatalf("%s left out, but GPUFit's hint queues it for a CPU pod's deletion", p.Name)
 		}
 	}
 	r, _ := e.pl.narrowAfterPodDelete(logger, cpuGone, nil)
-	if r.AllPods || len(r.Pods) != 4 {
-		t.Errorf("CPU pod deleted: %+v, want the 4 candidates", r)
+	if r.AllPods || len(r.Pods) != 5 {
+		t.Errorf("CPU pod deleted: %+v, want the 5 candidates", r)
 	}
 	r, _ = e.pl.narrowAfterPodAdd(logger, nil, cpuGone)
-	if r.AllPods || len(r.Pods) != 4 {
-		t.Errorf("pod bound: %+v, want the 4 candidates", r)
+	if r.AllPods || len(r.Pods) != 5 {
+		t.Errorf("pod bound: %+v, want the 5 candidates", r)
 	}
 	gpuGone := wholePod("gpu-gone", "1").Node("n1").Obj()
 	if r, _ = e.pl.narrowAfterPodDelete(logger, gpuGone, nil); !r.AllPods {
 		t.Errorf("a GPU pod's deletion must visit every pod: %+v", r)
 	}
+	// A nominated GPU pod deleted (or its nomination changed) frees what
+	// the framework counted for it on that node.
+	nominated := wholePod("nominated", "1").Obj()
+	nominated.Status.NominatedNodeName = "n1"
+	if r, _ = e.pl.narrowAfterPodDelete(logger, nominated, nil); !r.AllPods {
+		t.Errorf("a nominated GPU pod's deletion must visit every pod: %+v", r)
+	}
+	if h, _ := e.pl.isSchedulableAfterPodDelete(logger, backlog[0], nominated, nil); h == fwk.QueueSkip {
+		t.Errorf("GPUFit's hint skips a nominated GPU pod's deletion")
+	}
 
-	// Leaving the pool (PreEnqueue) or a new attempt (PreFilter) ends the
-	// exclusion; a pod that is bound or gone is forgotten.
+	// Leaving the pool (PreEnqueue) ends the exclusion without naming the
+	// pod (it is queued); a new attempt (PreFilter) names it until its
+	// PostFilter; a pod bound or gone is forgotten.
 	e.pl.PreEnqueue(tCtx, backlog[0])
 	e.pl.PreFilter(tCtx, framework.NewCycleState(), backlog[1], nil)
 	bound := backlog[2].DeepCopy()
 	bound.Spec.NodeName = "n1"
 	n.observe(bound)
 	n.forget(cpuBlocked)
-	check("after they moved", early, mixed, gang, backlog[0], backlog[1])
+	check("after they moved", mixed, gang, gated, preemptor, backlog[1])
 
-	// Too few exclusions for the narrowing to pay: every pod is visited.
-	for _, p := range backlog[3:20] {
+	// A pod deleted during its attempt, and another of the same name: the
+	// old one's PostFilter writes nothing over the new one.
+	again := backlog[3].DeepCopy()
+	again.UID = "again"
+	if err := store.Update(again); err != nil {
+		t.Fatal(err)
+	}
+	n.observe(again)
+	e.pl.PostFilter(tCtx, framework.NewCycleState(), backlog[3], framework.NewDefaultNodeToStatus())
+	check("after a pod was replaced", mixed, gang, gated, preemptor, backlog[1], again)
+
+	// Too few left out for the narrowing to pay: every pod is visited.
+	for _, p := range backlog[4:40] {
 		e.pl.PreEnqueue(tCtx, p)
 	}
 	if got := n.candidates(); got != nil {
-		t.Errorf("%d excluded: narrowing to %d pods, want all", n.excluded, len(got))
+		t.Errorf("%d left out: narrowing to %d pods, want all", n.blind, len(got))
 	}
 }
 
-// A profile that names its extension points without PreEnqueue would never
-// end an exclusion: nothing is excluded there.
-func TestNarrowNeedsPreEnqueue(t *testing.T) {
+// The states are kept by GPUFit's PreEnqueue, PreFilter and PostFilter: in
+// a profile that runs GPUFit through multiPoint the narrowing works; in one
+// that names extension points without them, nothing is left out.
+func TestNarrowNeedsItsExtensionPoints(t *testing.T) {
 	tCtx := tk.Init(t)
-	nodes := []*v1.Node{gpuNode("n1", "1").Obj()}
-	e := newEnv(tCtx, t, nil, nodes, nil)
-	for i := range 2 * narrowMinExcluded {
-		p := wholePod(fmt.Sprintf("p%d", i), "1").Obj()
-		e.pl.narrow.observe(p)
-		statuses := framework.NewDefaultNodeToStatus()
-		statuses.Set("n1", fwk.NewStatus(fwk.Unschedulable).WithPlugin(Name))
-		e.pl.PostFilter(tCtx, framework.NewCycleState(), p, statuses)
-	}
-	if got := e.pl.narrow.candidates(); got != nil || e.pl.narrow.excluded != 0 {
-		t.Errorf("excluded %d pods with no PreEnqueue: candidates %v", e.pl.narrow.excluded, got)
+	metrics.Register()
+	for name, tc := range map[string]struct {
+		plugins *config.Plugins
+		want    bool
+	}{
+		"multiPoint": {&config.Plugins{MultiPoint: config.PluginSet{Enabled: []config.Plugin{{Name: Name}}}}, true},
+		"filters only": {&config.Plugins{
+			PreFilter: config.PluginSet{Enabled: []config.Plugin{{Name: Name}}},
+			Filter:    config.PluginSet{Enabled: []config.Plugin{{Name: Name}}},
+		}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			client := clientsetfake.NewClientset()
+			var pl *GPUFit
+			registry := plugins.NewInTreeRegistry()
+			registry[Name] = func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+				p, err := New(ctx, obj, h)
+				if err == nil {
+					pl = p.(*GPUFit)
+				}
+				return p, err
+			}
+			tc.plugins.QueueSort.Enabled = []config.Plugin{{Name: names.PrioritySort}}
+			tc.plugins.Bind.Enabled = []config.Plugin{{Name: names.DefaultBinder}}
+			profile := &config.KubeSchedulerProfile{SchedulerName: "gpu-scheduler", Plugins: tc.plugins,
+				PluginConfig: []config.PluginConfig{{Name: Name, Args: accountingArgs()}}}
+			if _, err := frameworkruntime.NewFramework(tCtx, registry, profile,
+				frameworkruntime.WithClientSet(client),
+				frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(client, 0)),
+				frameworkruntime.WithSnapshotSharedLister(cache.NewEmptySnapshot())); err != nil {
+				t.Fatal(err)
+			}
+			if got := pl.narrow.isUsable(); got != tc.want {
+				t.Errorf("usable %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
 
