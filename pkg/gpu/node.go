@@ -586,6 +586,31 @@ func (s *NodeState) delivers(r *Request) bool {
 	return !r.NeedsDelivery && !r.Slot && r.ShareCount == 0
 }
 
+// MayHost reports whether the node has a device of a model the request
+// allows, healthy or not, free or not. False means Fit rejects the request
+// here as unresolvable (no GPU, no delivery, or no allowed model) whatever
+// the node's pods do; only a change of the node itself can alter it.
+func (s *NodeState) MayHost(r *Request) bool {
+	if !r.HasGPU() {
+		return true
+	}
+	if s.TooMany() || s.Count == 0 || !s.delivers(r) {
+		return false
+	}
+	if r.Models.Empty() {
+		return true
+	}
+	if s.agent == nil {
+		return r.Models.Matches(s.Model, s.ModelFold)
+	}
+	for i := 0; i < int(s.Count); i++ {
+		if d := &s.agent.devs[i]; r.Models.Matches(d.Model, d.modelFold) {
+			return true
+		}
+	}
+	return false
+}
+
 // fit is Fit with the devices the request could take now (as a mask).
 func (s *NodeState) fit(r *Request) (Outcome, int32, int32, uint64) {
 	if !r.HasGPU() {

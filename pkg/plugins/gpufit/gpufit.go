@@ -343,7 +343,7 @@ func Sign(pod *v1.Pod, opts gpu.RequestOptions) ([]fwk.SignFragment, *fwk.Status
 
 // PreFilter parses the request once. Pods without GPUs skip Filter, but their
 // request (CPU) is still recorded for scoring and the learned workload.
-func (pl *GPUFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (pl *GPUFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	// Only the leader runs cycles: without leader election, this tells the
 	// reconciler and the monitor that this process may act.
 	pl.shared.SetScheduling()
@@ -371,7 +371,26 @@ func (pl *GPUFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	if !req.HasGPU() {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
+	if !req.Models.Empty() && !pl.anyMayHost(nodes, &req) {
+		// Waiting for a model no node has (a pool scaled to zero, a model
+		// not bought yet): every node would say so in Filter, after the
+		// other filters ran on all of them. A backlog of such pods retried
+		// by the queue (at least every 5 minutes) would cost a full pass
+		// each, and crowd out the pods that fit.
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonModel)
+	}
 	return nil, nil
+}
+
+// anyMayHost: some node has a device of a model the request allows. The
+// nodes' states are the cached ones Filter reads.
+func (pl *GPUFit) anyMayHost(nodes []fwk.NodeInfo, req *gpu.Request) bool {
+	for _, ni := range nodes {
+		if ni.Node() != nil && pl.shared.State(ni).MayHost(req) {
+			return true
+		}
+	}
+	return false
 }
 
 // PreFilterExtensions: Filter derives device usage from the node's pods, so
