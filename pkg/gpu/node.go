@@ -586,29 +586,34 @@ func (s *NodeState) delivers(r *Request) bool {
 	return !r.NeedsDelivery && !r.Slot && r.ShareCount == 0
 }
 
-// MayHost reports whether the node has a device of a model the request
-// allows, healthy or not, free or not. False means Fit rejects the request
-// here as unresolvable (no GPU, no delivery, or no allowed model) whatever
-// the node's pods do; only a change of the node itself can alter it.
-func (s *NodeState) MayHost(r *Request) bool {
-	if !r.HasGPU() {
-		return true
-	}
-	if s.TooMany() || s.Count == 0 || !s.delivers(r) {
-		return false
-	}
-	if r.Models.Empty() {
-		return true
-	}
-	if s.agent == nil {
-		return r.Models.Matches(s.Model, s.ModelFold)
+// Hosts answers, from the node's inventory alone, whether it has a device
+// of a model the request allows (Fits), healthy or not, free or not, or the
+// unresolvable outcome Fit gives here whatever the node's pods do (no GPU,
+// no delivery, no allowed model): only a change of the node can alter it.
+func (s *NodeState) Hosts(r *Request) Outcome {
+	switch {
+	case !r.HasGPU():
+		return Fits
+	case s.TooMany():
+		return TooManyDevices
+	case s.Count == 0:
+		return NoGPU
+	case !s.delivers(r):
+		return NoShareDelivery
+	case r.Models.Empty():
+		return Fits
+	case s.agent == nil:
+		if r.Models.Matches(s.Model, s.ModelFold) {
+			return Fits
+		}
+		return ModelNotAllowed
 	}
 	for i := 0; i < int(s.Count); i++ {
 		if d := &s.agent.devs[i]; r.Models.Matches(d.Model, d.modelFold) {
-			return true
+			return Fits
 		}
 	}
-	return false
+	return ModelNotAllowed
 }
 
 // fit is Fit with the devices the request could take now (as a mask).

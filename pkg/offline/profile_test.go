@@ -154,7 +154,7 @@ func TestReferenceScenarioImpossible(t *testing.T) {
 		// Counting whole GPUs is the in-tree fit's job; it answers first.
 		"too many GPUs": {referencePod("8"), "3 Insufficient nvidia.com/gpu"},
 		// No node has the model: answered once, before any filter runs.
-		"model":         {withAnnotation(referencePod("1"), gpu.AnnotationModel, "H100-80GB-HBM3"), "0/5 nodes are available: node(s) had no allowed GPU model."},
+		"model":         {withAnnotation(referencePod("1"), gpu.AnnotationModel, "H100-80GB-HBM3"), "0/5 nodes are available: node(s) had no GPU, node(s) had no allowed GPU model."},
 		"share too big": {withAnnotation(referencePod(""), gpu.AnnotationMemory, "90000"), "2 node(s) had no device plugin that delivers GPU shares"},
 		// Nothing delivers a share on these nodes (no HAMi device plugin).
 		"share": {withAnnotation(referencePod("1"), gpu.AnnotationMilli, "500"), "2 node(s) had no device plugin that delivers GPU shares"},

@@ -371,26 +371,45 @@ func (pl *GPUFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	if !req.HasGPU() {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	if !req.Models.Empty() && !pl.anyMayHost(nodes, &req) {
-		// Waiting for a model no node has (a pool scaled to zero, a model
-		// not bought yet): every node would say so in Filter, after the
-		// other filters ran on all of them. A backlog of such pods retried
-		// by the queue (at least every 5 minutes) would cost a full pass
-		// each, and crowd out the pods that fit.
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonModel)
+	if !req.Models.Empty() {
+		if why := pl.hostedNowhere(nodes, &req); why != nil {
+			// Waiting for a model no node has (a pool scaled to zero, a
+			// model not bought yet): every node would say so in Filter,
+			// after the other filters ran on all of them. A backlog of such
+			// pods, retried by the queue at least every 5 minutes, would
+			// cost a full pass each and crowd out the pods that fit.
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why...)
+		}
 	}
 	return nil, nil
 }
 
-// anyMayHost: some node has a device of a model the request allows. The
-// nodes' states are the cached ones Filter reads.
-func (pl *GPUFit) anyMayHost(nodes []fwk.NodeInfo, req *gpu.Request) bool {
+// hostedNowhere is nil when some node has a device of a model the request
+// allows; otherwise the reasons Filter would give on the nodes, each once.
+// The nodes' states are the cached ones Filter reads.
+func (pl *GPUFit) hostedNowhere(nodes []fwk.NodeInfo, req *gpu.Request) []string {
+	var outs uint64 // a bit per outcome seen
 	for _, ni := range nodes {
-		if ni.Node() != nil && pl.shared.State(ni).MayHost(req) {
-			return true
+		if ni.Node() == nil {
+			continue
+		}
+		out := pl.shared.State(ni).Hosts(req)
+		if out == gpu.Fits {
+			return nil
+		}
+		outs |= 1 << uint(out)
+	}
+	if outs == 0 {
+		return []string{reasons[gpu.ModelNotAllowed]}
+	}
+	// In a fixed order: the message is what users read and compare.
+	var why []string
+	for out := gpu.Outcome(0); out < 64; out++ {
+		if outs&(1<<uint(out)) != 0 {
+			why = append(why, reasons[out])
 		}
 	}
-	return false
+	return why
 }
 
 // PreFilterExtensions: Filter derives device usage from the node's pods, so

@@ -197,7 +197,7 @@ func TestFilter(t *testing.T) {
 			_, s := e.pl.PreFilter(tCtx, cs, tc.pod, all)
 			// A model no node has is answered once, in PreFilter; Filter
 			// still says so node by node.
-			if nowhere := name == "model"; s.IsSuccess() == nowhere || nowhere && (s.Code() != fwk.UnschedulableAndUnresolvable || s.Message() != ErrReasonModel) {
+			if nowhere := name == "model"; s.IsSuccess() == nowhere || nowhere && (s.Code() != fwk.UnschedulableAndUnresolvable || s.Message() != ErrReasonNoGPU+", "+ErrReasonModel) {
 				t.Fatalf("PreFilter: %v", s)
 			}
 			for node, w := range tc.nodes {

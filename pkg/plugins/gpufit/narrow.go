@@ -123,7 +123,12 @@ func (n *narrower) isUsable() bool {
 		has := func(set []config.Plugin) bool {
 			return slices.ContainsFunc(set, func(p config.Plugin) bool { return p.Name == Name })
 		}
-		n.usable = has(ps.PreEnqueue.Enabled) && has(ps.PreFilter.Enabled) && has(ps.PostFilter.Enabled)
+		// GPUFit's PostFilter after DefaultPreemption's: a pod that nominated
+		// victims never reaches it and stays named (it may come back gated
+		// on their deletion).
+		pf := slices.IndexFunc(ps.PostFilter.Enabled, func(p config.Plugin) bool { return p.Name == Name })
+		dp := slices.IndexFunc(ps.PostFilter.Enabled, func(p config.Plugin) bool { return p.Name == names.DefaultPreemption })
+		n.usable = has(ps.PreEnqueue.Enabled) && has(ps.PreFilter.Enabled) && pf >= 0 && dp < pf
 	})
 	return n.usable
 }
@@ -142,14 +147,16 @@ func (n *narrower) move(p *v1.Pod, st narrowState) {
 		st = stUnknown
 	}
 	k := podKey(p)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	// Under n.mu, so that the informer's later word on this name (observe,
+	// forget) is not overwritten by an older one.
 	if n.pods != nil {
 		obj, exists, err := n.pods(k.Namespace + "/" + k.Name)
-		if cur, ok := obj.(*v1.Pod); err != nil || !exists || !ok || cur.UID != p.UID {
+		if cur, ok := obj.(*v1.Pod); err != nil || !exists || !ok || cur.UID != p.UID || cur.Spec.NodeName != "" {
 			return
 		}
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	old, known := n.state[k]
 	if known && old.uid == p.UID {
 		if old.st == st || st == stQueued && old.st == stAttempting {
@@ -229,20 +236,29 @@ func (n *narrower) prune(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		type entry struct {
+			k   types.NamespacedName
+			uid types.UID
+		}
 		n.mu.Lock()
-		keys := make([]types.NamespacedName, 0, len(n.state))
-		for k := range n.state {
-			keys = append(keys, k)
+		entries := make([]entry, 0, len(n.state))
+		for k, e := range n.state {
+			entries = append(entries, entry{k, e.uid})
 		}
 		n.mu.Unlock()
-		for _, k := range keys {
-			obj, exists, err := n.pods(k.Namespace + "/" + k.Name)
+		for _, en := range entries {
+			obj, exists, err := n.pods(en.k.Namespace + "/" + en.k.Name)
 			if err != nil {
 				continue
 			}
 			cur, _ := obj.(*v1.Pod)
+			if exists && cur != nil && cur.UID == en.uid && cur.Spec.NodeName == "" {
+				continue
+			}
+			k := en.k
 			n.mu.Lock()
-			if e, known := n.state[k]; known && (!exists || cur == nil || cur.UID != e.uid || cur.Spec.NodeName != "") {
+			// Only the entry that was read: a newer pod of that name stays.
+			if e, known := n.state[k]; known && e.uid == en.uid {
 				delete(n.state, k)
 				n.count(e.st, -1)
 				if e.st.named() {

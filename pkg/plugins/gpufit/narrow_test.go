@@ -190,6 +190,18 @@ func TestNarrowNeedsItsExtensionPoints(t *testing.T) {
 		want    bool
 	}{
 		"multiPoint": {&config.Plugins{MultiPoint: config.PluginSet{Enabled: []config.Plugin{{Name: Name}}}}, true},
+		// A preemptor that nominated victims must not reach GPUFit's
+		// PostFilter: it may come back gated on their deletion.
+		"PostFilter after DefaultPreemption": {&config.Plugins{
+			PreEnqueue: config.PluginSet{Enabled: []config.Plugin{{Name: Name}}},
+			PreFilter:  config.PluginSet{Enabled: []config.Plugin{{Name: Name}}},
+			PostFilter: config.PluginSet{Enabled: []config.Plugin{{Name: names.DefaultPreemption}, {Name: Name}}},
+		}, true},
+		"PostFilter before DefaultPreemption": {&config.Plugins{
+			PreEnqueue: config.PluginSet{Enabled: []config.Plugin{{Name: Name}}},
+			PreFilter:  config.PluginSet{Enabled: []config.Plugin{{Name: Name}}},
+			PostFilter: config.PluginSet{Enabled: []config.Plugin{{Name: Name}, {Name: names.DefaultPreemption}}},
+		}, false},
 		"filters only": {&config.Plugins{
 			PreFilter: config.PluginSet{Enabled: []config.Plugin{{Name: Name}}},
 			Filter:    config.PluginSet{Enabled: []config.Plugin{{Name: Name}}},
@@ -209,7 +221,8 @@ func TestNarrowNeedsItsExtensionPoints(t *testing.T) {
 			tc.plugins.QueueSort.Enabled = []config.Plugin{{Name: names.PrioritySort}}
 			tc.plugins.Bind.Enabled = []config.Plugin{{Name: names.DefaultBinder}}
 			profile := &config.KubeSchedulerProfile{SchedulerName: "gpu-scheduler", Plugins: tc.plugins,
-				PluginConfig: []config.PluginConfig{{Name: Name, Args: accountingArgs()}}}
+				PluginConfig: []config.PluginConfig{{Name: Name, Args: accountingArgs()},
+					{Name: names.DefaultPreemption, Args: &config.DefaultPreemptionArgs{MinCandidateNodesPercentage: 10, MinCandidateNodesAbsolute: 100}}}}
 			if _, err := frameworkruntime.NewFramework(tCtx, registry, profile,
 				frameworkruntime.WithClientSet(client),
 				frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(client, 0)),
