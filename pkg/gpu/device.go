@@ -269,6 +269,7 @@ func (s *NodeState) layDownAgent(hs []held) {
 			taken |= 1 << uint(best)
 			s.takeShare(best, h.share)
 		}
+		h.mask = taken
 		if !h.fits {
 			s.Overcommitted = true
 		}

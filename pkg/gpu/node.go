@@ -205,6 +205,15 @@ func ParseAssignment(v string) (Assignment, error) {
 	return a, nil
 }
 
+// mask is the devices the assignment names.
+func (a *Assignment) mask() uint64 {
+	var m uint64
+	for _, sh := range a.Shares {
+		m |= 1 << uint(sh.Index)
+	}
+	return m
+}
+
 // agrees reports whether the assignment is what a request taking devices
 // devices of milli each holds on a node with count devices. Only then does
 // it say which devices the pod holds; an assignment anyone could have
@@ -404,8 +413,9 @@ type held struct {
 	order string
 	// at is the pod's index in an explanation, or -1.
 	at int
-	// fits is set by layDown.
+	// fits and mask (the devices it got) are set by layDown.
 	fits bool
+	mask uint64
 }
 
 // layDown places the pods whose devices are unknown on what the known ones
@@ -439,6 +449,7 @@ func (s *NodeState) layDown(hs []held) {
 		for d := int(s.Count) - 1; d >= 0 && need > 0; d-- {
 			if s.Free[d] == MilliPerGPU {
 				s.Free[d] = 0
+				h.mask |= 1 << uint(d)
 				need--
 			}
 		}
@@ -448,6 +459,7 @@ func (s *NodeState) layDown(hs []held) {
 			for d := int(s.Count) - 1; d >= 0 && need > 0; d-- {
 				if s.Free[d] > 0 {
 					s.Free[d] = 0
+					h.mask |= 1 << uint(d)
 					need--
 				}
 			}
@@ -472,6 +484,7 @@ func (s *NodeState) layDown(hs []held) {
 	if p.pack(0) {
 		for i := range shares {
 			shares[i].fits = true
+			shares[i].mask = 1 << uint(p.at[i])
 			s.Free[p.at[i]] -= shares[i].milli
 		}
 		return
@@ -484,6 +497,7 @@ func (s *NodeState) layDown(hs []held) {
 		h.fits = fits
 		if best >= 0 {
 			s.Free[best] = max(s.Free[best]-h.milli, 0)
+			h.mask = 1 << uint(best)
 		}
 		if !fits {
 			s.Overcommitted = true

@@ -42,6 +42,8 @@ type Tracker struct {
 	byUID  map[types.UID]string
 	// pendingAt indexes the in-flight pods of other schedulers by node.
 	pendingAt map[types.UID]string
+	// nominated: pod UID to nomination (nominate.go).
+	nominated sync.Map
 }
 
 type slot struct {
@@ -291,6 +293,8 @@ type Holding struct {
 	// Fits is false when the pod could not be laid down: it is what
 	// overcommits the node.
 	Fits bool
+	// Mask is the devices it holds (by index).
+	Mask uint64
 }
 
 // Where a holding's devices come from.
@@ -440,14 +444,15 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 		handled = make(map[types.UID]bool, len(s.reservations))
 	}
 	var loose []held
-	note := func(pod *v1.Pod, devices, milli int32, source, ignored string) int {
+	note := func(pod *v1.Pod, devices, milli int32, source, ignored string, mask uint64) int {
 		if explain == nil {
 			return -1
 		}
 		*explain = append(*explain, Holding{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
-			Devices: devices, Milli: milli, Source: source, Ignored: ignored, Fits: true})
+			Devices: devices, Milli: milli, Source: source, Ignored: ignored, Fits: true, Mask: mask})
 		return len(*explain) - 1
 	}
+	var nominees []*v1.Pod
 	for _, pod := range pods {
 		if exclude != "" && pod.UID == exclude {
 			continue
@@ -456,11 +461,19 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 			continue
 		}
 		r, reserved := s.reservations[pod.UID]
+		if pod.Spec.NodeName == "" && !reserved && t.nominee(pod, node.Name) {
+			// Not bound: a pod nominated here that the scheduler's filters
+			// count in (preemption); it holds what is left, last.
+			if UsesGPU(pod, t.reqOpts) {
+				nominees = append(nominees, pod)
+			}
+			continue
+		}
 		// A pod that asks for no device holds none, whatever its
 		// annotations say: a forged assignment on a CPU pod counts nothing.
 		if !reserved && !UsesGPU(pod, t.reqOpts) {
 			if v, has := pod.Annotations[AnnotationAssignment]; has && explain != nil {
-				note(pod, 0, 0, HoldRequest, "assignment "+strconv.Quote(v)+" on a pod that requests no GPU")
+				note(pod, 0, 0, HoldRequest, "assignment "+strconv.Quote(v)+" on a pod that requests no GPU", 0)
 			}
 			continue
 		}
@@ -468,13 +481,16 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 		devices, milli := h.devices, h.milli
 		if h.agrees {
 			source := HoldAssignment
+			var mask uint64
 			if h.uses != nil {
 				st.TakeUses(h.uses)
 				source = HoldAgent
+				mask = usesMask(h.uses, &st.Inventory)
 			} else {
 				st.TakeAssignment(h.a)
+				mask = h.a.mask()
 			}
-			note(pod, devices, milli, source, "")
+			note(pod, devices, milli, source, "", mask)
 			if reserved {
 				handled[pod.UID] = true
 				if snapshot {
@@ -489,7 +505,7 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 		if reserved {
 			st.TakeChoice(r.Choice)
 			handled[pod.UID] = true
-			note(pod, int32(bits.OnesCount64(r.Choice.Mask)), r.Choice.Milli, HoldReservation, "")
+			note(pod, int32(bits.OnesCount64(r.Choice.Mask)), r.Choice.Milli, HoldReservation, "", r.Choice.Mask)
 			continue
 		}
 		if !ok {
@@ -497,7 +513,7 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 		}
 		if h.uses != nil {
 			st.TakeUses(h.uses)
-			note(pod, devices, milli, HoldAgent, st.Agent+"'s device record does not match the pod's request: its devices count, each at no less than the request")
+			note(pod, devices, milli, HoldAgent, st.Agent+"'s device record does not match the pod's request: its devices count, each at no less than the request", usesMask(h.uses, &st.Inventory))
 			continue
 		}
 		ignored := ""
@@ -513,7 +529,7 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 				ignored = st.Agent + "'s device record does not match the pod's request and node"
 			}
 		}
-		at := note(pod, devices, milli, HoldRequest, ignored)
+		at := note(pod, devices, milli, HoldRequest, ignored, 0)
 		loose = append(loose, held{devices: devices, milli: milli, share: h.share, order: pod.Namespace + "/" + pod.Name + "/" + string(pod.UID), at: at})
 	}
 	if len(s.pending) > 0 {
@@ -535,22 +551,37 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 		st.TakeChoice(r.Choice)
 		if explain != nil {
 			*explain = append(*explain, Holding{Namespace: r.Namespace, Name: r.Name, UID: uid,
-				Devices: int32(bits.OnesCount64(r.Choice.Mask)), Milli: r.Choice.Milli, Source: HoldReservation, Fits: true})
+				Devices: int32(bits.OnesCount64(r.Choice.Mask)), Milli: r.Choice.Milli, Source: HoldReservation, Fits: true, Mask: r.Choice.Mask})
 		}
 	}
 	if len(loose) > 0 && st.agent != nil {
 		st.layDownAgent(loose)
 	} else if len(loose) > 0 {
 		st.layDown(loose)
-		if explain != nil {
-			for i := range loose {
-				if loose[i].at >= 0 {
-					(*explain)[loose[i].at].Fits = loose[i].fits
-				}
+	}
+	if explain != nil {
+		for i := range loose {
+			if loose[i].at >= 0 {
+				(*explain)[loose[i].at].Fits = loose[i].fits
+				(*explain)[loose[i].at].Mask = loose[i].mask
 			}
 		}
 	}
+	if len(nominees) > 0 {
+		t.holdForNominees(st, nominees)
+	}
 	return st
+}
+
+// usesMask is the devices an agent's record names.
+func usesMask(uses []DeviceUse, inv *Inventory) uint64 {
+	var m uint64
+	for _, u := range uses {
+		if i := inv.DeviceIndex(u.UUID); i >= 0 && i < MaxDevices {
+			m |= 1 << uint(i)
+		}
+	}
+	return m
 }
 
 func (t *Tracker) dropUID(uid types.UID) {
@@ -811,7 +842,7 @@ func (t *Tracker) countPending(st *NodeState, s *slot, pods []*v1.Pod, exclude t
 		}
 		if explain != nil {
 			*explain = append(*explain, Holding{Namespace: pp.pod.Namespace, Name: pp.pod.Name, UID: uid,
-				Devices: int32(len(uses)), Source: HoldAgent, Fits: !st.Overcommitted})
+				Devices: int32(len(uses)), Source: HoldAgent, Fits: !st.Overcommitted, Mask: usesMask(uses, &st.Inventory)})
 		}
 	}
 }

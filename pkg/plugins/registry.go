@@ -7,6 +7,7 @@ import (
 
 	_ "github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme" // our args in the scheduler's scheme
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpufit"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpupreemption"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpuscore"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/leastrequested"
 )
@@ -15,6 +16,7 @@ import (
 func Registry() frameworkruntime.Registry {
 	return frameworkruntime.Registry{
 		gpufit.Name:         gpufit.New,
+		gpupreemption.Name:  gpupreemption.New,
 		gpuscore.Name:       gpuscore.New,
 		leastrequested.Name: leastrequested.New,
 	}

@@ -37,6 +37,15 @@ func (in *GPUScoreArgs) DeepCopyObject() runtime.Object {
 }
 
 // DeepCopyObject implements runtime.Object.
+func (in *GPUPreemptionArgs) DeepCopyObject() runtime.Object {
+	if in == nil {
+		return nil
+	}
+	out := *in
+	return &out
+}
+
+// DeepCopyObject implements runtime.Object.
 func (in *LeastRequestedArgs) DeepCopyObject() runtime.Object {
 	if in == nil {
 		return nil

@@ -10,7 +10,7 @@ import (
 var SchemeGroupVersion = schedconfig.SchemeGroupVersion
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(SchemeGroupVersion, &GPUFitArgs{}, &GPUScoreArgs{}, &LeastRequestedArgs{})
+	scheme.AddKnownTypes(SchemeGroupVersion, &GPUFitArgs{}, &GPUScoreArgs{}, &LeastRequestedArgs{}, &GPUPreemptionArgs{})
 	return nil
 }
 

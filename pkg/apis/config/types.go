@@ -146,6 +146,17 @@ type LeastRequestedArgs struct {
 	Resources []ResourceWeight
 }
 
+// GPUPreemptionArgs configures GPUPreemption: the upstream DefaultPreemption's
+// candidate counts, with device-level victims.
+type GPUPreemptionArgs struct {
+	metav1.TypeMeta
+
+	// MinCandidateNodesPercentage and MinCandidateNodesAbsolute bound the
+	// nodes dry-run for preemption, as in DefaultPreemptionArgs.
+	MinCandidateNodesPercentage int32
+	MinCandidateNodesAbsolute   int32
+}
+
 // ResourceWeight is a resource name and its weight in the score.
 type ResourceWeight struct {
 	Name   string

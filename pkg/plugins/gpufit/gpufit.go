@@ -236,6 +236,10 @@ func (pl *GPUFit) watch(pods, nodes cache.SharedIndexInformer) error {
 		UpdateFunc: func(old, obj interface{}) {
 			pl.podChanged(old, obj)
 			pl.trackPending(obj)
+			if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" {
+				// Bound: the devices held for its nomination are its own.
+				pl.shared.Tracker().Denominate(p.UID)
+			}
 		},
 		DeleteFunc: func(obj interface{}) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -245,6 +249,7 @@ func (pl *GPUFit) watch(pods, nodes cache.SharedIndexInformer) error {
 			if p, ok := obj.(*v1.Pod); ok {
 				pl.shared.Tracker().Unreserve(p.UID)
 				pl.shared.Tracker().SetPending(p, "", time.Time{})
+				pl.shared.Tracker().Denominate(p.UID)
 			}
 		},
 	}); err != nil {

@@ -128,10 +128,15 @@ func (n *narrower) isUsable() bool {
 		// on their deletion).
 		pf := slices.IndexFunc(ps.PostFilter.Enabled, func(p config.Plugin) bool { return p.Name == Name })
 		dp := slices.IndexFunc(ps.PostFilter.Enabled, func(p config.Plugin) bool { return p.Name == names.DefaultPreemption })
-		n.usable = has(ps.PreEnqueue.Enabled) && has(ps.PreFilter.Enabled) && pf >= 0 && dp < pf
+		gp := slices.IndexFunc(ps.PostFilter.Enabled, func(p config.Plugin) bool { return p.Name == preemptionPlugin })
+		n.usable = has(ps.PreEnqueue.Enabled) && has(ps.PreFilter.Enabled) && pf >= 0 && dp < pf && gp < pf
 	})
 	return n.usable
 }
+
+// preemptionPlugin is GPUPreemption's name (DefaultPreemption with
+// device-level victims).
+const preemptionPlugin = "GPUPreemption"
 
 func podKey(p *v1.Pod) types.NamespacedName {
 	return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}

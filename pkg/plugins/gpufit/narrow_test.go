@@ -26,6 +26,8 @@ import (
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
 	tk "k8s.io/kubernetes/test/utils/ktesting"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpupreemption"
 )
 
 // The queue visits, for a bound pod that frees no GPU, only the pending pods
@@ -202,6 +204,16 @@ func TestNarrowNeedsItsExtensionPoints(t *testing.T) {
 			PreFilter:  config.PluginSet{Enabled: []config.Plugin{{Name: Name}}},
 			PostFilter: config.PluginSet{Enabled: []config.Plugin{{Name: Name}, {Name: names.DefaultPreemption}}},
 		}, false},
+		"PostFilter after GPUPreemption": {&config.Plugins{
+			PreEnqueue: config.PluginSet{Enabled: []config.Plugin{{Name: Name}}},
+			PreFilter:  config.PluginSet{Enabled: []config.Plugin{{Name: Name}}},
+			PostFilter: config.PluginSet{Enabled: []config.Plugin{{Name: preemptionPlugin}, {Name: Name}}},
+		}, true},
+		"PostFilter before GPUPreemption": {&config.Plugins{
+			PreEnqueue: config.PluginSet{Enabled: []config.Plugin{{Name: Name}}},
+			PreFilter:  config.PluginSet{Enabled: []config.Plugin{{Name: Name}}},
+			PostFilter: config.PluginSet{Enabled: []config.Plugin{{Name: Name}, {Name: preemptionPlugin}}},
+		}, false},
 		"filters only": {&config.Plugins{
 			PreFilter: config.PluginSet{Enabled: []config.Plugin{{Name: Name}}},
 			Filter:    config.PluginSet{Enabled: []config.Plugin{{Name: Name}}},
@@ -218,6 +230,7 @@ func TestNarrowNeedsItsExtensionPoints(t *testing.T) {
 				}
 				return p, err
 			}
+			registry[preemptionPlugin] = gpupreemption.New
 			tc.plugins.QueueSort.Enabled = []config.Plugin{{Name: names.PrioritySort}}
 			tc.plugins.Bind.Enabled = []config.Plugin{{Name: names.DefaultBinder}}
 			profile := &config.KubeSchedulerProfile{SchedulerName: "gpu-scheduler", Plugins: tc.plugins,

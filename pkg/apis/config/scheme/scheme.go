@@ -43,6 +43,15 @@ func DefaultGPUScoreArgs() *config.GPUScoreArgs {
 	return out
 }
 
+// DefaultGPUPreemptionArgs returns the defaulted internal args.
+func DefaultGPUPreemptionArgs() *config.GPUPreemptionArgs {
+	in := &configv1.GPUPreemptionArgs{}
+	configv1.SetDefaults_GPUPreemptionArgs(in)
+	out := &config.GPUPreemptionArgs{}
+	configv1.Convert_v1_GPUPreemptionArgs_To_config_GPUPreemptionArgs(in, out)
+	return out
+}
+
 // DefaultLeastRequestedArgs returns the defaulted internal args.
 func DefaultLeastRequestedArgs() *config.LeastRequestedArgs {
 	in := &configv1.LeastRequestedArgs{}

@@ -35,6 +35,20 @@ func addConversionFuncs(s *runtime.Scheme) error {
 	}); err != nil {
 		return err
 	}
+	if err := s.AddConversionFunc((*GPUPreemptionArgs)(nil), (*config.GPUPreemptionArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
+		Convert_v1_GPUPreemptionArgs_To_config_GPUPreemptionArgs(a.(*GPUPreemptionArgs), b.(*config.GPUPreemptionArgs))
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := s.AddConversionFunc((*config.GPUPreemptionArgs)(nil), (*GPUPreemptionArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
+		in, out := a.(*config.GPUPreemptionArgs), b.(*GPUPreemptionArgs)
+		out.MinCandidateNodesPercentage = ptr.To(in.MinCandidateNodesPercentage)
+		out.MinCandidateNodesAbsolute = ptr.To(in.MinCandidateNodesAbsolute)
+		return nil
+	}); err != nil {
+		return err
+	}
 	if err := s.AddConversionFunc((*LeastRequestedArgs)(nil), (*config.LeastRequestedArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
 		in, out := a.(*LeastRequestedArgs), b.(*config.LeastRequestedArgs)
 		out.Resources = nil
@@ -53,6 +67,13 @@ func addConversionFuncs(s *runtime.Scheme) error {
 		}
 		return nil
 	})
+}
+
+// Convert_v1_GPUPreemptionArgs_To_config_GPUPreemptionArgs converts
+// defaulted v1 args.
+func Convert_v1_GPUPreemptionArgs_To_config_GPUPreemptionArgs(in *GPUPreemptionArgs, out *config.GPUPreemptionArgs) {
+	out.MinCandidateNodesPercentage = ptr.Deref(in.MinCandidateNodesPercentage, 0)
+	out.MinCandidateNodesAbsolute = ptr.Deref(in.MinCandidateNodesAbsolute, 0)
 }
 
 // Convert_v1_GPUFitArgs_To_config_GPUFitArgs converts defaulted v1 args.

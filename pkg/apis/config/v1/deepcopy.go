@@ -57,6 +57,14 @@ func (in *GPUScoreArgs) DeepCopyObject() runtime.Object {
 }
 
 // DeepCopyObject implements runtime.Object.
+func (in *GPUPreemptionArgs) DeepCopyObject() runtime.Object {
+	if in == nil {
+		return nil
+	}
+	return &GPUPreemptionArgs{TypeMeta: in.TypeMeta, MinCandidateNodesPercentage: clonePtr(in.MinCandidateNodesPercentage), MinCandidateNodesAbsolute: clonePtr(in.MinCandidateNodesAbsolute)}
+}
+
+// DeepCopyObject implements runtime.Object.
 func (in *LeastRequestedArgs) DeepCopyObject() runtime.Object {
 	if in == nil {
 		return nil

@@ -117,6 +117,17 @@ func SetDefaults_GPUScoreArgs(obj *GPUScoreArgs) {
 	}
 }
 
+// SetDefaults_GPUPreemptionArgs fills GPUPreemptionArgs with
+// DefaultPreemption's defaults.
+func SetDefaults_GPUPreemptionArgs(obj *GPUPreemptionArgs) {
+	if obj.MinCandidateNodesPercentage == nil {
+		obj.MinCandidateNodesPercentage = ptr.To[int32](10)
+	}
+	if obj.MinCandidateNodesAbsolute == nil {
+		obj.MinCandidateNodesAbsolute = ptr.To[int32](100)
+	}
+}
+
 // SetDefaults_LeastRequestedArgs fills LeastRequestedArgs.
 func SetDefaults_LeastRequestedArgs(obj *LeastRequestedArgs) {
 	if len(obj.Resources) == 0 {

@@ -9,7 +9,7 @@ import (
 var SchemeGroupVersion = schedv1.SchemeGroupVersion
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(SchemeGroupVersion, &GPUFitArgs{}, &GPUScoreArgs{}, &LeastRequestedArgs{})
+	scheme.AddKnownTypes(SchemeGroupVersion, &GPUFitArgs{}, &GPUScoreArgs{}, &LeastRequestedArgs{}, &GPUPreemptionArgs{})
 	return nil
 }
 
@@ -17,6 +17,7 @@ func addDefaultingFuncs(scheme *runtime.Scheme) error {
 	scheme.AddTypeDefaultingFunc(&GPUFitArgs{}, func(obj interface{}) { SetDefaults_GPUFitArgs(obj.(*GPUFitArgs)) })
 	scheme.AddTypeDefaultingFunc(&GPUScoreArgs{}, func(obj interface{}) { SetDefaults_GPUScoreArgs(obj.(*GPUScoreArgs)) })
 	scheme.AddTypeDefaultingFunc(&LeastRequestedArgs{}, func(obj interface{}) { SetDefaults_LeastRequestedArgs(obj.(*LeastRequestedArgs)) })
+	scheme.AddTypeDefaultingFunc(&GPUPreemptionArgs{}, func(obj interface{}) { SetDefaults_GPUPreemptionArgs(obj.(*GPUPreemptionArgs)) })
 	return nil
 }
 

@@ -160,6 +160,18 @@ type LeastRequestedArgs struct {
 	Resources []ResourceWeight `json:"resources,omitempty"`
 }
 
+// GPUPreemptionArgs configures GPUPreemption.
+type GPUPreemptionArgs struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// MinCandidateNodesPercentage is the least share of nodes dry-run for
+	// preemption, in percent. Default 10, as DefaultPreemption.
+	MinCandidateNodesPercentage *int32 `json:"minCandidateNodesPercentage,omitempty"`
+	// MinCandidateNodesAbsolute is the least number of nodes dry-run.
+	// Default 100, as DefaultPreemption.
+	MinCandidateNodesAbsolute *int32 `json:"minCandidateNodesAbsolute,omitempty"`
+}
+
 // ResourceWeight is a resource name and its weight.
 type ResourceWeight struct {
 	Name   string `json:"name"`

@@ -9,6 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	schedvalidation "k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
+
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
@@ -154,6 +157,15 @@ func policyNames() []string {
 		out = append(out, string(p))
 	}
 	return out
+}
+
+// ValidateGPUPreemptionArgs validates GPUPreemptionArgs by DefaultPreemption's
+// rules.
+func ValidateGPUPreemptionArgs(path *field.Path, args *config.GPUPreemptionArgs) error {
+	return schedvalidation.ValidateDefaultPreemptionArgs(path, &schedconfig.DefaultPreemptionArgs{
+		MinCandidateNodesPercentage: args.MinCandidateNodesPercentage,
+		MinCandidateNodesAbsolute:   args.MinCandidateNodesAbsolute,
+	})
 }
 
 // ValidateLeastRequestedArgs validates LeastRequestedArgs.

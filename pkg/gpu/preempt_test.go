@@ -1,0 +1,191 @@
+package gpu
+
+import (
+	"slices"
+	"strconv"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// share is a bound share pod with its assignment on one device.
+func share(name string, dev, milli int) *v1.Pod {
+	p := gpuPod(name, types.UID(name), 0, map[string]string{AnnotationMilli: itoa(milli), AnnotationAssignment: "n:" + itoa(dev) + "=" + itoa(milli)})
+	p.Spec.NodeName = "n"
+	return p
+}
+
+// whole is a bound whole-GPU pod on the given devices.
+func whole(name string, devs ...int) *v1.Pod {
+	a := "n:"
+	for k, d := range devs {
+		if k > 0 {
+			a += ","
+		}
+		a += itoa(d) + "=1000"
+	}
+	p := gpuPod(name, types.UID(name), int64(len(devs)), map[string]string{AnnotationAssignment: a})
+	p.Spec.NodeName = "n"
+	return p
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func TestPlanEviction(t *testing.T) {
+	all := func(pods []*v1.Pod, except ...string) map[types.UID]Victim {
+		m := map[types.UID]Victim{}
+		for _, p := range pods {
+			if !slices.Contains(except, p.Name) {
+				m[p.UID] = Victim{}
+			}
+		}
+		return m
+	}
+	// Every device of an 8-GPU node holds two 300m shares; device 5 one.
+	var shares []*v1.Pod
+	for d := 0; d < 8; d++ {
+		shares = append(shares, share("s"+itoa(d)+"a", d, 300))
+		if d != 5 {
+			shares = append(shares, share("s"+itoa(d)+"b", d, 300))
+		}
+	}
+	tests := map[string]struct {
+		devices int64
+		pods    []*v1.Pod
+		req     Request
+		victims func([]*v1.Pod) map[types.UID]Victim
+		want    []string // nil: no plan
+	}{
+		"whole GPU: the one share of device 5, not a device's two": {
+			devices: 8, pods: shares, req: Request{Count: 1},
+			want: []string{"s5a"},
+		},
+		"whole GPU: both shares of one device when all have two": {
+			devices: 2, pods: []*v1.Pod{share("a", 0, 300), share("b", 0, 300), share("c", 1, 300), share("d", 1, 300)}, req: Request{Count: 1},
+			want: []string{"a", "b"},
+		},
+		"whole GPU: never a device a pod that is no victim holds": {
+			devices: 2, pods: []*v1.Pod{share("a", 0, 300), share("keep", 1, 100)}, req: Request{Count: 1},
+			victims: func(p []*v1.Pod) map[types.UID]Victim { return all(p, "keep") },
+			want:    []string{"a"},
+		},
+		"whole GPU: nothing when every device has a pod that stays": {
+			devices: 2, pods: []*v1.Pod{share("a", 0, 300), share("k0", 0, 100), share("k1", 1, 100)}, req: Request{Count: 1},
+			victims: func(p []*v1.Pod) map[types.UID]Victim { return all(p, "k0", "k1") },
+		},
+		"share: one 600m share frees enough, not a device's worth": {
+			devices: 2, pods: []*v1.Pod{share("a", 0, 600), share("b", 0, 300), share("c", 1, 600), share("d", 1, 300)}, req: Request{Milli: 500},
+			want: []string{"a"},
+		},
+		"share: the smallest that frees enough": {
+			devices: 2, pods: []*v1.Pod{share("big", 0, 600), share("small", 0, 300), share("c", 1, 800)}, req: Request{Milli: 300},
+			want: []string{"small"},
+		},
+		"share: two on one device when no single pod frees enough": {
+			devices: 1, pods: []*v1.Pod{share("a", 0, 300), share("b", 0, 300), share("c", 0, 300)}, req: Request{Milli: 600},
+			want: []string{"a", "b"},
+		},
+		"a PodDisruptionBudget costs more than a second pod": {
+			devices: 2, pods: []*v1.Pod{share("guarded", 0, 600), share("c", 1, 300), share("d", 1, 300)}, req: Request{Count: 1},
+			victims: func(p []*v1.Pod) map[types.UID]Victim {
+				m := all(p)
+				m["guarded"] = Victim{Violates: true}
+				return m
+			},
+			want: []string{"c", "d"},
+		},
+		"lower priority before fewer pods": {
+			devices: 2, pods: []*v1.Pod{share("important", 0, 600), share("c", 1, 300), share("d", 1, 300)}, req: Request{Count: 1},
+			victims: func(p []*v1.Pod) map[types.UID]Victim {
+				m := all(p)
+				m["important"] = Victim{Priority: 5}
+				return m
+			},
+			want: []string{"c", "d"},
+		},
+		"a pod on two devices frees both": {
+			devices: 4, pods: []*v1.Pod{whole("pair", 0, 1), share("c", 2, 300), share("d", 3, 300)}, req: Request{Count: 2},
+			want: []string{"pair"},
+		},
+		"two whole GPUs: the cheapest two devices": {
+			devices: 4, pods: []*v1.Pod{share("a", 0, 300), share("b", 0, 300), share("c", 1, 300), share("d", 2, 300), whole("w", 3)}, req: Request{Count: 2},
+			want: []string{"c", "d"},
+		},
+		"no GPU eviction needed: no plan": {
+			devices: 2, pods: []*v1.Pod{share("a", 0, 300)}, req: Request{Count: 1},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			n := node("n", tc.devices, tc.devices, nil)
+			victims := all(tc.pods)
+			if tc.victims != nil {
+				victims = tc.victims(tc.pods)
+			}
+			tr := NewTracker(DefaultNodeOptions)
+			e, ok := tr.PlanEviction(n, tc.pods, &tc.req, victims)
+			if tc.want == nil {
+				if ok {
+					t.Fatalf("want no plan, got %v (%s)", e.UIDs, e.Why)
+				}
+				return
+			}
+			if !ok {
+				t.Fatalf("want %v, got no plan", tc.want)
+			}
+			var got []string
+			for _, u := range e.UIDs {
+				got = append(got, string(u))
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("want %v, got %v (%s)", tc.want, got, e.Why)
+			}
+		})
+	}
+}
+
+// A pod nominated to a node holds the devices its preemption freed for it,
+// in the other pods' filters, and never overcommits the node while its
+// victims are still there.
+func TestNomineeHoldsItsDevices(t *testing.T) {
+	n := node("n", 2, 2, nil)
+	victim := share("victim", 0, 600)
+	victim.DeletionTimestamp = nil
+	nominee := gpuPod("p", "p", 1, nil)
+	nominee.Status.NominatedNodeName = "n"
+	tr := NewTracker(DefaultNodeOptions)
+
+	// No record of what it freed: it takes a free device if one fits, and
+	// the node is not overcommitted when none does.
+	st := tr.Compute(n, []*v1.Pod{victim, nominee}, 0, 0, "", false)
+	if st.Overcommitted || st.Free[0] != 400 || st.Free[1] != 0 {
+		t.Errorf("without a record: free %v overcommitted %v, want [400 0] false", st.Free[:2], st.Overcommitted)
+	}
+	full := share("full", 1, 1000)
+	st = tr.Compute(n, []*v1.Pod{victim, full, nominee}, 0, 0, "", false)
+	if st.Overcommitted || st.Free[0] != 400 {
+		t.Errorf("nowhere to go: free %v overcommitted %v, want [400 0] false", st.Free[:2], st.Overcommitted)
+	}
+
+	// With the record, device 0 is its own: the share left there is not
+	// free for anyone else, and device 1 is.
+	tr.Nominate("p", "n", Choice{Mask: 1, Milli: MilliPerGPU})
+	st = tr.Compute(n, []*v1.Pod{victim, nominee}, 0, 0, "", false)
+	if st.Overcommitted || st.Free[0] != 0 || st.Free[1] != 1000 {
+		t.Errorf("with the record: free %v overcommitted %v, want [0 1000] false", st.Free[:2], st.Overcommitted)
+	}
+	// Nominated elsewhere, the record does not apply here; and it is not
+	// counted where it is not nominated.
+	tr.Nominate("p", "other", Choice{Mask: 1, Milli: MilliPerGPU})
+	nominee.Status.NominatedNodeName = ""
+	st = tr.Compute(n, []*v1.Pod{victim}, 0, 0, "", false)
+	if st.Free[0] != 400 || st.Free[1] != 1000 {
+		t.Errorf("record for another node: free %v", st.Free[:2])
+	}
+	tr.Denominate("p")
+	if _, ok := tr.Nominated("p", "other"); ok {
+		t.Errorf("denominated pod still recorded")
+	}
+}

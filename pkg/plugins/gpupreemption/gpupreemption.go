@@ -1,0 +1,240 @@
+// Package gpupreemption is the GPUPreemption plugin: the upstream
+// DefaultPreemption, whose dry run evicts the fewest GPU pods at the device
+// level, and which holds the freed devices for the preemptor while it is
+// nominated.
+//
+// Upstream removes every lower-priority pod from a copy of the node, then
+// reprieves them one by one, most important first, while the preemptor
+// still fits. Which pods stay victims depends on that order, not on the
+// devices: a whole-GPU preemptor could evict the shares of two devices, a
+// 500m share two pods where one 600m share was enough. GPUPreemption plans
+// the eviction device by device (gpu.Tracker.PlanEviction) and orders the
+// reprieve so that the planned victims come last. Everything else is
+// upstream's: the filters still decide every reprieve, PodDisruptionBudgets
+// are kept as upstream keeps them, and the node is chosen among the
+// candidates as upstream chooses it.
+package gpupreemption
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	policy "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
+	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/validation"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/internal/shared"
+)
+
+// Name is the plugin's name in the registry and in configs.
+const Name = "GPUPreemption"
+
+// GPUPreemption is DefaultPreemption with device-level victims. It replaces
+// DefaultPreemption in a profile (both at once would preempt twice).
+type GPUPreemption struct {
+	*defaultpreemption.DefaultPreemption
+	shared *shared.Shared
+	// plans holds, per node, the eviction planned for the pod whose
+	// preemption runs (one at a time; nodes are dry-run in parallel).
+	plans sync.Map
+}
+
+type plan struct {
+	preemptor types.UID
+	victims   map[types.UID]bool
+	// freed is set once the dry run chose the victims: the devices the
+	// preemptor is to get.
+	freed gpu.Choice
+	ok    bool
+}
+
+var (
+	_ fwk.PostFilterPlugin         = &GPUPreemption{}
+	_ fwk.PreEnqueuePlugin         = &GPUPreemption{}
+	_ fwk.EnqueueExtensions        = &GPUPreemption{}
+	_ preemption.Interface         = &GPUPreemption{}
+	_ fwk.PodGroupPostFilterPlugin = &GPUPreemption{}
+)
+
+// New builds the plugin from validated args.
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	var args *config.GPUPreemptionArgs
+	switch a := obj.(type) {
+	case nil:
+		args = scheme.DefaultGPUPreemptionArgs()
+	case *config.GPUPreemptionArgs:
+		args = a
+	default:
+		return nil, fmt.Errorf("want args of type GPUPreemptionArgs, got %T", obj)
+	}
+	if err := validation.ValidateGPUPreemptionArgs(field.NewPath("args"), args); err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	fts := plfeature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+	dp, err := defaultpreemption.New(ctx, &schedconfig.DefaultPreemptionArgs{
+		MinCandidateNodesPercentage: args.MinCandidateNodesPercentage,
+		MinCandidateNodesAbsolute:   args.MinCandidateNodesAbsolute,
+	}, h, fts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	pl := &GPUPreemption{DefaultPreemption: dp, shared: shared.For(h)}
+	context.AfterFunc(ctx, func() { shared.Forget(h) })
+	upstream := dp.MoreImportantVictim
+	dp.MoreImportantVictim = func(a, b preemption.Victim) bool {
+		// Planned victims are reprieved last: whatever else fits stays.
+		if ia, ib := pl.planned(a), pl.planned(b); ia != ib {
+			return ib
+		}
+		return upstream(a, b)
+	}
+	// The evaluator calls back into this plugin for the dry run.
+	dp.Evaluator = preemption.NewEvaluator(Name, h, pl, dp.Executor)
+	return pl, nil
+}
+
+// Name returns the plugin's name.
+func (pl *GPUPreemption) Name() string { return Name }
+
+// PostFilter runs upstream's preemption; when it nominates a node, the
+// devices its victims free are held for the pod there until it is bound.
+func (pl *GPUPreemption) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	pl.plans.Clear()
+	defer pl.plans.Clear()
+	res, status := pl.DefaultPreemption.PostFilter(ctx, state, pod, m)
+	if res == nil || res.NominatingInfo == nil || res.NominatedNodeName == "" {
+		return res, status
+	}
+	if t := pl.shared.Tracker(); t != nil {
+		if v, ok := pl.plans.Load(res.NominatedNodeName); ok {
+			if p := v.(*plan); p.preemptor == pod.UID && p.ok {
+				t.Nominate(pod.UID, res.NominatedNodeName, p.freed)
+				klog.FromContext(ctx).V(4).Info("GPUs held for the preemptor", "pod", klog.KObj(pod), "node", res.NominatedNodeName, "devices", p.freed.Devices(), "milli", p.freed.Milli)
+			}
+		}
+	}
+	return res, status
+}
+
+// SelectVictimsOnNode is upstream's, with the GPU pods the plan evicts
+// reprieved last. Pods that request no GPU, and profiles without GPUFit,
+// get upstream's order.
+func (pl *GPUPreemption) SelectVictimsOnNode(ctx context.Context, cs fwk.CycleState, preemptor *v1.Pod, nodeInfo fwk.NodeInfo,
+	all []*preemption.DomainVictim, pdbs []*policy.PodDisruptionBudget) ([]*v1.Pod, int, *fwk.Status) {
+	node := nodeInfo.Node()
+	t := pl.shared.Tracker()
+	req, err := shared.ReadRequest(cs)
+	if t == nil || err != nil || !req.HasGPU() {
+		pl.plans.Delete(node.Name)
+		return pl.DefaultPreemption.SelectVictimsOnNode(ctx, cs, preemptor, nodeInfo, all, pdbs)
+	}
+	before := podsOf(nodeInfo)
+	var eligible []*preemption.DomainVictim
+	prio := corev1helpers.PodPriority(preemptor)
+	for _, dv := range all {
+		if dv.Priority() < prio && pl.eligible(dv, preemptor) {
+			eligible = append(eligible, dv)
+		}
+	}
+	violating, _ := preemption.FilterVictimsWithPDBViolation(eligible, pdbs)
+	breaks := map[types.UID]bool{}
+	for _, v := range violating {
+		for _, p := range v.Victim.Pods() {
+			breaks[p.GetPod().UID] = true
+		}
+	}
+	candidates := map[types.UID]gpu.Victim{}
+	for _, dv := range eligible {
+		for _, p := range dv.Pods() {
+			if p.GetPod().Spec.NodeName == node.Name {
+				candidates[p.GetPod().UID] = gpu.Victim{Priority: dv.Priority(), Violates: breaks[p.GetPod().UID]}
+			}
+		}
+	}
+	p := &plan{preemptor: preemptor.UID}
+	e, planned := t.PlanEviction(node, before, req, candidates)
+	if planned {
+		p.victims = make(map[types.UID]bool, len(e.UIDs))
+		for _, uid := range e.UIDs {
+			p.victims[uid] = true
+		}
+	}
+	pl.plans.Store(node.Name, p)
+
+	pods, violations, status := pl.DefaultPreemption.SelectVictimsOnNode(ctx, cs, preemptor, nodeInfo, all, pdbs)
+	if !status.IsSuccess() || len(pods) == 0 {
+		return pods, violations, status
+	}
+	// nodeInfo is now the node without the victims.
+	chosen := make(map[types.UID]bool, len(pods))
+	for _, v := range pods {
+		chosen[v.UID] = true
+	}
+	p.freed, p.ok = t.FreedFor(node, podsOf(nodeInfo), req, t.HeldBy(node, before, chosen))
+	if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
+		why := "no GPU eviction planned: upstream's order"
+		if planned {
+			why = e.Why
+		}
+		logger.Info("GPU preemption victims on node", "pod", klog.KObj(preemptor), "node", node.Name,
+			"victims", klog.KObjSlice(pods), "plan", why, "followed", planned && sameSet(p.victims, chosen), "devices", p.freed.Devices())
+	}
+	return pods, violations, status
+}
+
+// planned reports whether a victim is in the eviction planned on its node.
+func (pl *GPUPreemption) planned(v preemption.Victim) bool {
+	for _, pi := range v.Pods() {
+		pod := pi.GetPod()
+		if x, ok := pl.plans.Load(pod.Spec.NodeName); ok && x.(*plan).victims[pod.UID] {
+			return true
+		}
+	}
+	return false
+}
+
+// eligible is upstream's IsEligiblePod on every node the victim spans.
+func (pl *GPUPreemption) eligible(dv *preemption.DomainVictim, preemptor *v1.Pod) bool {
+	for _, ni := range dv.AffectedNodes() {
+		if !pl.IsEligiblePod(ni, dv, preemptor) {
+			return false
+		}
+	}
+	return true
+}
+
+func podsOf(ni fwk.NodeInfo) []*v1.Pod {
+	infos := ni.GetPods()
+	pods := make([]*v1.Pod, len(infos))
+	for i, p := range infos {
+		pods[i] = p.GetPod()
+	}
+	return pods
+}
+
+func sameSet(a, b map[types.UID]bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return true
+}

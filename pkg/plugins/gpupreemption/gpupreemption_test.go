@@ -1,0 +1,232 @@
+package gpupreemption
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	policy "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	clientsetfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+	fwk "k8s.io/kube-scheduler/framework"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	internalqueue "k8s.io/kubernetes/pkg/scheduler/backend/queue"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/queuesort"
+	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/kubernetes/pkg/scheduler/metrics"
+	st "k8s.io/kubernetes/pkg/scheduler/testing"
+	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpufit"
+)
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func gpuNode(name, gpus string) *v1.Node {
+	return st.MakeNode().Name(name).Capacity(map[v1.ResourceName]string{
+		v1.ResourceCPU: "64", v1.ResourceMemory: "256Gi", v1.ResourcePods: "110", gpu.ResourceNvidiaGPU: gpus,
+	}).Obj()
+}
+
+// share is a low-priority share on one device of a node, started at the
+// given minute (upstream reprieves the oldest first).
+func share(name, node string, dev, milli, minute int) *v1.Pod {
+	return st.MakePod().Namespace("ns").Name(name).UID(name).Node(node).Priority(0).
+		Req(map[v1.ResourceName]string{v1.ResourceCPU: "1"}).
+		Annotation(gpu.AnnotationMilli, itoa(milli)).
+		Annotation(gpu.AnnotationAssignment, node+":"+itoa(dev)+"="+itoa(milli)).
+		StartTime(metav1.NewTime(epoch.Add(time.Duration(minute) * time.Minute))).Obj()
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func preemptor(name string, gpus string, milli int) *v1.Pod {
+	w := st.MakePod().Namespace("ns").Name(name).UID(name).Priority(1000).Req(map[v1.ResourceName]string{v1.ResourceCPU: "1"})
+	if gpus != "" {
+		w = w.Req(map[v1.ResourceName]string{v1.ResourceCPU: "1", gpu.ResourceNvidiaGPU: gpus})
+	}
+	if milli > 0 {
+		w = w.Annotation(gpu.AnnotationMilli, itoa(milli))
+	}
+	return w.Obj()
+}
+
+// dryRun returns the victims per candidate node that a preemption plugin's
+// dry run chooses, on a real framework with GPUFit and NodeResourcesFit.
+func dryRun(t *testing.T, build func(ctx context.Context, h fwk.Handle) *preemption.Evaluator, pod *v1.Pod, nodes []*v1.Node, pods []*v1.Pod, pdbs []*policy.PodDisruptionBudget) map[string][]string {
+	t.Helper()
+	logger, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	objs := []runtime.Object{pod}
+	for _, p := range pods {
+		objs = append(objs, p)
+	}
+	for _, n := range nodes {
+		objs = append(objs, n)
+	}
+	cs := clientsetfake.NewClientset(objs...)
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	args := scheme.DefaultGPUFitArgs()
+	args.AccountingOnlySharing = true
+	args.Requeue.Enabled = false
+	gpuFit := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) { return gpufit.New(ctx, args, h) }
+	snapshot := internalcache.NewSnapshot(pods, nodes)
+	fh, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
+		tf.RegisterPluginAsExtensions(noderesources.Name, frameworkruntime.FactoryAdapter(feature.Features{}, noderesources.NewFit), "Filter", "PreFilter"),
+		tf.RegisterPluginAsExtensions(gpufit.Name, gpuFit, "Filter", "PreFilter"),
+		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
+		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
+	}, "",
+		frameworkruntime.WithClientSet(cs),
+		frameworkruntime.WithPodNominator(internalqueue.NewSchedulingQueue(nil, factory)),
+		frameworkruntime.WithSnapshotSharedLister(snapshot),
+		frameworkruntime.WithMutableSnapshotLister(snapshot),
+		frameworkruntime.WithInformerFactory(factory),
+		frameworkruntime.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	ev := build(ctx, fh)
+	state := framework.NewCycleState()
+	if _, s, _ := fh.RunPreFilterPlugins(ctx, state, pod); !s.IsSuccess() {
+		t.Fatalf("PreFilter: %v", s)
+	}
+	infos, _ := snapshot.NodeInfos().List()
+	offset, n := ev.GetOffsetAndNumCandidates(int32(len(infos)))
+	candidates, _, err := ev.DryRunPreemption(ctx, state, pod, infos, pdbs, offset, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, c := range candidates {
+		for _, p := range c.Victims().Pods {
+			got[c.Name()] = append(got[c.Name()], p.Name)
+		}
+		slices.Sort(got[c.Name()])
+	}
+	return got
+}
+
+func ours(ctx context.Context, h fwk.Handle) *preemption.Evaluator {
+	pl, err := New(ctx, nil, h)
+	if err != nil {
+		panic(err)
+	}
+	return pl.(*GPUPreemption).Evaluator
+}
+
+func upstream(ctx context.Context, h fwk.Handle) *preemption.Evaluator {
+	pl, err := defaultpreemption.New(ctx, &schedconfig.DefaultPreemptionArgs{MinCandidateNodesPercentage: 10, MinCandidateNodesAbsolute: 100}, h, feature.Features{})
+	if err != nil {
+		panic(err)
+	}
+	return pl.Evaluator
+}
+
+func TestDeviceLevelVictims(t *testing.T) {
+	metrics.Register()
+	n1 := []*v1.Node{gpuNode("n1", "2")}
+	tests := map[string]struct {
+		pod   *v1.Pod
+		nodes []*v1.Node
+		pods  []*v1.Pod
+		pdbs  []*policy.PodDisruptionBudget
+		want  map[string][]string
+	}{
+		// Upstream reprieves the oldest share first, on device 0, and then
+		// needs both shares of device 1.
+		"whole GPU: the share alone on its device": {
+			pod: preemptor("p", "1", 0), nodes: n1,
+			pods: []*v1.Pod{share("old", "n1", 0, 300, 0), share("b", "n1", 1, 300, 1), share("c", "n1", 1, 300, 2)},
+			want: map[string][]string{"n1": {"old"}},
+		},
+		// Upstream reprieves by age: it keeps a, e and b, then cannot keep c
+		// or d. One pod, e, frees enough on its own.
+		"share: one pod where upstream takes two": {
+			pod: preemptor("p", "", 500), nodes: n1,
+			pods: []*v1.Pod{share("a", "n1", 0, 200, 0), share("e", "n1", 1, 700, 1), share("b", "n1", 0, 200, 2),
+				share("c", "n1", 0, 200, 3), share("d", "n1", 0, 200, 4)},
+			want: map[string][]string{"n1": {"e"}},
+		},
+		"share: the smallest pod that frees enough": {
+			pod: preemptor("p", "", 300), nodes: n1,
+			pods: []*v1.Pod{share("big", "n1", 0, 600, 0), share("small", "n1", 0, 300, 1), share("c", "n1", 1, 800, 2)},
+			want: map[string][]string{"n1": {"small"}},
+		},
+		// A budget that allows no disruption protects the cheap share; the
+		// device with two unprotected shares goes instead.
+		"a PodDisruptionBudget moves the victims": {
+			pod: preemptor("p", "1", 0), nodes: n1,
+			pods: []*v1.Pod{
+				withLabel(share("guarded", "n1", 0, 300, 0), "app", "guarded"),
+				share("b", "n1", 1, 300, 1), share("c", "n1", 1, 300, 2)},
+			pdbs: []*policy.PodDisruptionBudget{pdb("app", "guarded")},
+			want: map[string][]string{"n1": {"b", "c"}},
+		},
+		// Nothing to plan: upstream's choice (want nil).
+		"CPU-only preemptor": {
+			pod: st.MakePod().Namespace("ns").Name("p").UID("p").Priority(1000).Req(map[v1.ResourceName]string{v1.ResourceCPU: "63"}).Obj(), nodes: n1,
+			pods: []*v1.Pod{share("a", "n1", 0, 300, 0), share("b", "n1", 1, 300, 1)},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := dryRun(t, ours, tc.pod, tc.nodes, tc.pods, tc.pdbs)
+			up := dryRun(t, upstream, tc.pod, tc.nodes, tc.pods, tc.pdbs)
+			t.Logf("upstream DefaultPreemption: %v", up)
+			want := tc.want
+			if want == nil {
+				want = up
+			}
+			if !equal(got, want) {
+				t.Errorf("victims %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+func withLabel(p *v1.Pod, k, v string) *v1.Pod {
+	if p.Labels == nil {
+		p.Labels = map[string]string{}
+	}
+	p.Labels[k] = v
+	return p
+}
+
+func pdb(k, v string) *policy.PodDisruptionBudget {
+	return &policy.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pdb"},
+		Spec:       policy.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{k: v}}},
+		Status:     policy.PodDisruptionBudgetStatus{DisruptionsAllowed: 0},
+	}
+}
+
+func equal(a, b map[string][]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !slices.Equal(v, b[k]) {
+			return false
+		}
+	}
+	return true
+}
