@@ -85,7 +85,9 @@ func dryRun(t *testing.T, build func(ctx context.Context, h fwk.Handle) *preempt
 	args := scheme.DefaultGPUFitArgs()
 	args.AccountingOnlySharing = true
 	args.Requeue.Enabled = false
-	gpuFit := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) { return gpufit.New(ctx, args, h) }
+	gpuFit := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		return gpufit.New(ctx, args, h)
+	}
 	snapshot := internalcache.NewSnapshot(pods, nodes)
 	fh, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
 		tf.RegisterPluginAsExtensions(noderesources.Name, frameworkruntime.FactoryAdapter(feature.Features{}, noderesources.NewFit), "Filter", "PreFilter"),
