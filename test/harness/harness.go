@@ -246,6 +246,9 @@ type PodSpec struct {
 	Annotations  map[string]string
 	NodeSelector map[string]string
 	Tolerations  []v1.Toleration
+	// PriorityClass names the pod's PriorityClass.
+	PriorityClass string
+	Labels        map[string]string
 	// AnyNode lets the pod go beyond the scope's nodes.
 	AnyNode bool
 }
@@ -292,9 +295,10 @@ func (s *Scope) Pod(p PodSpec) *v1.Pod {
 		sched = ""
 	}
 	return &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: s.NS, Annotations: ann},
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: s.NS, Annotations: ann, Labels: p.Labels},
 		Spec: v1.PodSpec{
 			SchedulerName: sched, Containers: []v1.Container{c}, NodeSelector: sel, Tolerations: p.Tolerations,
+			PriorityClassName: p.PriorityClass,
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 		},
 	}
@@ -352,7 +356,7 @@ func (s *Scope) WaitBound(timeout time.Duration, names ...string) map[string]*v1
 		var missing []string
 		for _, n := range names {
 			if _, ok := out[n]; !ok {
-				missing = append(missing, n+" ("+Unschedulable(s.getOrNil(n))+")")
+				missing = append(missing, n+" ("+Unschedulable(s.GetOrNil(n))+")")
 			}
 		}
 		s.T.Fatalf("pods not bound within %v: %s", timeout, strings.Join(missing, ", "))
@@ -360,8 +364,12 @@ func (s *Scope) WaitBound(timeout time.Duration, names ...string) map[string]*v1
 	return out
 }
 
-func (s *Scope) getOrNil(name string) *v1.Pod {
-	p, _ := s.C.Client.CoreV1().Pods(s.NS).Get(s.Ctx, name, metav1.GetOptions{})
+// GetOrNil returns a pod, or nil if it cannot be read (gone).
+func (s *Scope) GetOrNil(name string) *v1.Pod {
+	p, err := s.C.Client.CoreV1().Pods(s.NS).Get(s.Ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
 	return p
 }
 
