@@ -298,7 +298,7 @@ func (s *Scope) Pod(p PodSpec) *v1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: s.NS, Annotations: ann, Labels: p.Labels},
 		Spec: v1.PodSpec{
 			SchedulerName: sched, Containers: []v1.Container{c}, NodeSelector: sel, Tolerations: p.Tolerations,
-			PriorityClassName: p.PriorityClass,
+			PriorityClassName:             p.PriorityClass,
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 		},
 	}
