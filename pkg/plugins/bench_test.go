@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -228,4 +229,74 @@ func BenchmarkStateRebuild(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkPreemptionFilter is a step of the preemption dry run: a copy of
+// the node with a victim removed (a new generation, so no cached device
+// state), then Filter. GPUFit rebuilds the node's devices from its pods;
+// the baseline is the in-tree NodeResourcesFit Filter on the same copy.
+// "plan" is GPUPreemption's planning of the node's victims (once per node
+// and preemptor).
+func BenchmarkPreemptionFilter(b *testing.B) {
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	var base float64
+	pod := benchPods["whole"]
+	run := func(b *testing.B, filter fwk.FilterPlugin, pre fwk.PreFilterPlugin, ni fwk.NodeInfo) float64 {
+		cs := framework.NewCycleState()
+		pre.PreFilter(ctx, cs, pod, nil)
+		victim := ni.GetPods()[0].GetPod()
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			c := ni.Snapshot()
+			if err := c.RemovePod(klog.Background(), victim); err != nil {
+				b.Fatal(err)
+			}
+			filter.Filter(ctx, cs, pod, c)
+		}
+		b.StopTimer()
+		return float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+	}
+	b.Run("baseline-NodeResourcesFit", func(b *testing.B) {
+		node, pods := benchNode()
+		snapshot := cache.NewSnapshot(pods, []*v1.Node{node})
+		fh, _ := frameworkruntime.NewFramework(ctx, nil, nil, frameworkruntime.WithSnapshotSharedLister(snapshot))
+		fts := plfeature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+		fts.EnableDRAExtendedResource = false
+		pl, err := noderesources.NewFit(ctx, &schedconfig.NodeResourcesFitArgs{ScoringStrategy: &schedconfig.ScoringStrategy{
+			Type: schedconfig.LeastAllocated, Resources: []schedconfig.ResourceSpec{{Name: "cpu", Weight: 1}, {Name: "memory", Weight: 1}}}}, fh, fts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ni, _ := snapshot.Get("gpu-8")
+		base = run(b, pl.(fwk.FilterPlugin), pl.(fwk.PreFilterPlugin), ni)
+	})
+	b.Run("GPUFit", func(b *testing.B) {
+		e := newBenchEnv(b, gpu.Fragmentation)
+		ns := run(b, e.fit, e.fit.(fwk.PreFilterPlugin), e.ni)
+		if base > 0 {
+			b.ReportMetric(ns/base, "x-baseline")
+		}
+	})
+	b.Run("plan", func(b *testing.B) {
+		node, pods := benchNode()
+		tr := gpu.NewTracker(gpu.DefaultNodeOptions)
+		victims := map[types.UID]gpu.Victim{}
+		for _, p := range pods {
+			victims[p.UID] = gpu.Victim{}
+		}
+		req := gpu.Request{Count: 2} // device 0 is free: one more to clear
+		if _, ok := tr.PlanEviction(node, pods, &req, victims); !ok {
+			b.Fatal("no plan")
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			tr.PlanEviction(node, pods, &req, victims)
+		}
+		b.StopTimer()
+		if base > 0 {
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/base, "x-baseline")
+		}
+	})
 }
