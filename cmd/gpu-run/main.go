@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -110,9 +112,18 @@ func run(ctx context.Context, bin, namespace string, keep bool, timeout time.Dur
 	}
 	client := kubernetes.NewForConfigOrDie(cfg)
 
+	args := []string{"--v=2"}
+	gangs := servesPodGroups(client)
+	if gangs {
+		// Gangs: the cluster serves the Workload API (the local control
+		// plane does); a scheduler with the gate on a cluster that does not
+		// would wait for it forever.
+		args = append(args, "--feature-gates=GenericWorkload=true")
+		step("the cluster serves PodGroups (scheduling.k8s.io/v1beta1): gpu-scheduler runs with GenericWorkload on (gangs)")
+	}
 	sched, err := localcp.StartScheduler(ctx, localcp.SchedulerOptions{
 		Name: "gpu-scheduler", Binary: filepath.Join(bin, "gpu-scheduler"), Config: manifests.SchedulerConfig,
-		Kubeconfig: schedKubeconfig, Dir: dir, Args: []string{"--v=2"},
+		Kubeconfig: schedKubeconfig, Dir: dir, Args: args,
 	})
 	if err != nil {
 		return err
@@ -126,7 +137,7 @@ func run(ctx context.Context, bin, namespace string, keep bool, timeout time.Dur
 		return fmt.Errorf("%w\n%s", err, sched.Tail(3000))
 	}
 
-	if err := submit(ctx, client, cfg, namespace); err != nil {
+	if err := submit(ctx, client, cfg, namespace, gangs); err != nil {
 		return err
 	}
 	pods, err := settle(ctx, client, namespace, timeout)
@@ -158,7 +169,7 @@ func waitLeader(ctx context.Context, client kubernetes.Interface) error {
 	return fmt.Errorf("no gpu-scheduler leader after a minute")
 }
 
-func submit(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, namespace string) error {
+func submit(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, namespace string, gangs bool) error {
 	_, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
@@ -167,18 +178,21 @@ func submit(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, 
 	if err != nil {
 		return err
 	}
-	var names []string
+	var names, skipped []string
 	for _, ex := range manifests.Examples() {
-		// Fresh pods each run: a pod's spec cannot change once scheduled.
-		err := client.CoreV1().Pods(namespace).Delete(ctx, ex.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return err
+		objs, err := kubeapply.Decode(ex.YAML)
+		if err != nil {
+			return fmt.Errorf("examples/%s.yaml: %w", ex.Name, err)
 		}
-		for {
-			if _, err := client.CoreV1().Pods(namespace).Get(ctx, ex.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-				break
+		if !gangs && slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "PodGroup" }) {
+			skipped = append(skipped, ex.Name)
+			continue
+		}
+		// Fresh objects each run: a pod's spec cannot change once scheduled.
+		for _, o := range objs {
+			if err := remove(ctx, client, namespace, o); err != nil {
+				return fmt.Errorf("examples/%s.yaml: %w", ex.Name, err)
 			}
-			time.Sleep(100 * time.Millisecond)
 		}
 		if _, err := a.Apply(ctx, ex.YAML, namespace, false); err != nil {
 			return fmt.Errorf("examples/%s.yaml: %w", ex.Name, err)
@@ -186,7 +200,58 @@ func submit(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, 
 		names = append(names, ex.Name)
 	}
 	step("submitted manifests/examples into namespace %s: %s", namespace, strings.Join(names, ", "))
+	if len(skipped) > 0 {
+		step("skipped (the cluster does not serve PodGroups): %s", strings.Join(skipped, ", "))
+	}
 	return nil
+}
+
+// remove deletes an example's pod or PodGroup and waits until it is gone.
+func remove(ctx context.Context, client kubernetes.Interface, namespace string, o *unstructured.Unstructured) error {
+	var del func() error
+	var get func() error
+	switch o.GetKind() {
+	case "Pod":
+		del = func() error {
+			return client.CoreV1().Pods(namespace).Delete(ctx, o.GetName(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		}
+		get = func() error {
+			_, err := client.CoreV1().Pods(namespace).Get(ctx, o.GetName(), metav1.GetOptions{})
+			return err
+		}
+	case "PodGroup":
+		del = func() error {
+			return client.SchedulingV1beta1().PodGroups(namespace).Delete(ctx, o.GetName(), metav1.DeleteOptions{})
+		}
+		get = func() error {
+			_, err := client.SchedulingV1beta1().PodGroups(namespace).Get(ctx, o.GetName(), metav1.GetOptions{})
+			return err
+		}
+	default:
+		return nil
+	}
+	if err := del(); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	for {
+		if err := get(); apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// servesPodGroups reports whether the cluster serves the PodGroup API.
+func servesPodGroups(client kubernetes.Interface) bool {
+	rl, err := client.Discovery().ServerResourcesForGroupVersion("scheduling.k8s.io/v1beta1")
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(rl.APIResources, func(r metav1.APIResource) bool { return r.Name == "podgroups" })
 }
 
 // settle waits until every example is bound or marked unschedulable.
@@ -308,6 +373,9 @@ func describe(p *v1.Pod) string {
 	}
 	if r.Slot {
 		s += " (1 slot)"
+	}
+	if g := p.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {
+		s += " [gang " + *g.PodGroupName + "]"
 	}
 	if !r.Models.Empty() {
 		s += " " + r.Models.String()

@@ -163,6 +163,10 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		"--allow-privileged",
 		// Loopback only: no endpoints for the kubernetes Service.
 		"--endpoint-reconciler-type", "none",
+		// The Workload API (PodGroup, for gangs; beta in v1.37, off by
+		// default): a scheduler with GenericWorkload on needs it served.
+		"--feature-gates", "GenericWorkload=true",
+		"--runtime-config", "scheduling.k8s.io/v1beta1=true",
 	}
 	args = append(args, opts.APIServerArgs...)
 	cp.EtcdURL, cp.apiBin, cp.apiArgs = etcdURL, filepath.Join(opts.BinDir, "kube-apiserver"), args

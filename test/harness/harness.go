@@ -248,7 +248,9 @@ type PodSpec struct {
 	Tolerations  []v1.Toleration
 	// PriorityClass names the pod's PriorityClass.
 	PriorityClass string
-	Labels        map[string]string
+	// PodGroup names the pod's PodGroup (a gang).
+	PodGroup string
+	Labels   map[string]string
 	// AnyNode lets the pod go beyond the scope's nodes.
 	AnyNode bool
 }
@@ -294,11 +296,16 @@ func (s *Scope) Pod(p PodSpec) *v1.Pod {
 	case "-":
 		sched = ""
 	}
+	var group *v1.PodSchedulingGroup
+	if p.PodGroup != "" {
+		group = &v1.PodSchedulingGroup{PodGroupName: ptr.To(p.PodGroup)}
+	}
 	return &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: s.NS, Annotations: ann, Labels: p.Labels},
 		Spec: v1.PodSpec{
 			SchedulerName: sched, Containers: []v1.Container{c}, NodeSelector: sel, Tolerations: p.Tolerations,
 			PriorityClassName:             p.PriorityClass,
+			SchedulingGroup:               group,
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 		},
 	}

@@ -289,14 +289,14 @@ func (d *Deployment) Stop() {}
 // StartProfile runs one more gpu-scheduler process of a given binary with its
 // own profile name and lease, so that a test can give it its own pods
 // (schedulerName) without disturbing the main instance.
-func StartProfile(ctx context.Context, c *Cluster, binary, profile string, env []string, mutate func(*configv1.KubeSchedulerConfiguration)) (*localcp.Scheduler, error) {
+func StartProfile(ctx context.Context, c *Cluster, binary, profile string, env []string, mutate func(*configv1.KubeSchedulerConfiguration), args ...string) (*localcp.Scheduler, error) {
 	kc, err := c.CP.WriteKubeconfig(localcp.UserGPUScheduler, filepath.Join(c.Dir, profile+".kubeconfig"))
 	if err != nil {
 		return nil, err
 	}
 	s, err := localcp.StartScheduler(ctx, localcp.SchedulerOptions{
 		Name: profile, Binary: binary, Config: manifests.SchedulerConfig, Kubeconfig: kc, Dir: c.Dir, Env: env,
-		Args: []string{"--v=3"},
+		Args: append([]string{"--v=3"}, args...),
 		Mutate: func(cfg *configv1.KubeSchedulerConfiguration) {
 			cfg.Profiles[0].SchedulerName = ptr.To(profile)
 			// Leader election on its own lease: the RBAC only allows ours, so
