@@ -8,6 +8,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
@@ -18,7 +19,12 @@ import (
 // highPriority creates a PriorityClass for the test's preemptors.
 func highPriority(t *testing.T, s *harness.Scope) string {
 	t.Helper()
-	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: s.ID + "-high"}, Value: 1000}
+	return priorityClass(t, s, "high", 1000)
+}
+
+func priorityClass(t *testing.T, s *harness.Scope, name string, value int32) string {
+	t.Helper()
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: s.ID + "-" + name}, Value: value}
 	if _, err := cluster.Client.SchedulingV1().PriorityClasses().Create(s.Ctx, pc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -147,4 +153,54 @@ func TestPreemptionKeepsBudgets(t *testing.T) {
 func ptrIntOrString(i int) *intstr.IntOrString {
 	v := intstr.FromInt(i)
 	return &v
+}
+
+// While a preemptor's victim is still terminating (a finalizer holds it),
+// the preemptor holds the device its victim frees, and nothing more: a
+// lower-priority share still binds on the other device, and a
+// lower-priority whole GPU does not take the preemptor's device once it is
+// free. Counted greedily, the nominated preemptor found no free device and
+// made the node "overcommitted", so the share waited too.
+func TestPreemptorHoldsItsDevicesWhileVictimsTerminate(t *testing.T) {
+	s := cluster.NewScope(t)
+	high := priorityClass(t, s, "high", 1000)
+	mid := priorityClass(t, s, "mid", 500)
+	top := priorityClass(t, s, "top", 2000)
+	s.AddNodes(fleet.Node{Name: "n", CPU: "16", Memory: "64Gi", GPUs: 2, Model: "Tesla-T4", MemoryMiB: 15360})
+	const finalizer = "gpu-scheduler.io/e2e-hold"
+	// v: a low-priority whole GPU that terminates slowly; w: a share the
+	// preemptor may not evict.
+	at := createInOrder(s, harness.PodSpec{Name: "v", GPUs: 1, Finalizers: []string{finalizer}},
+		harness.PodSpec{Name: "w", Milli: 600, PriorityClass: top})
+	release := func() {
+		_, _ = s.C.Client.CoreV1().Pods(s.NS).Patch(s.Ctx, "v", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	}
+	t.Cleanup(release)
+	s.Create(s.Pod(harness.PodSpec{Name: "p", GPUs: 1, PriorityClass: high}))
+	if err := waitFor(s, time.Minute, func() bool {
+		v := s.GetOrNil("v")
+		return v != nil && v.DeletionTimestamp != nil && s.Get("p").Status.NominatedNodeName != ""
+	}); err != nil {
+		t.Fatalf("v not preempted, or p not nominated: %v", err)
+	}
+	// A share of lower priority than p: the other device has room.
+	s.Create(s.Pod(harness.PodSpec{Name: "q", Milli: 300, PriorityClass: mid}))
+	q := s.WaitBound(bindTimeout, "q")["q"]
+	qa, _ := gpu.ParseAssignment(q.Annotations[gpu.AnnotationAssignment])
+	if len(qa.Shares) != 1 || qa.Shares[0].Index != at["w"].Shares[0].Index {
+		t.Errorf("q on %v, want w's device %d", qa, at["w"].Shares[0].Index)
+	}
+	// A whole GPU of lower priority than p waits: the only device that
+	// will be free is p's.
+	s.Create(s.Pod(harness.PodSpec{Name: "r", GPUs: 1, PriorityClass: mid}))
+	release()
+	p := s.WaitBound(time.Minute, "p")["p"]
+	pa, _ := gpu.ParseAssignment(p.Annotations[gpu.AnnotationAssignment])
+	if len(pa.Shares) != 1 || pa.Shares[0].Index != at["v"].Shares[0].Index {
+		t.Errorf("p on %v, want v's device %d", pa, at["v"].Shares[0].Index)
+	}
+	if r := s.Get("r"); r.Spec.NodeName != "" {
+		t.Errorf("r bound to %s: it took the preemptor's device", r.Spec.NodeName)
+	}
+	checkDevices(t)
 }

@@ -249,8 +249,9 @@ type PodSpec struct {
 	// PriorityClass names the pod's PriorityClass.
 	PriorityClass string
 	// PodGroup names the pod's PodGroup (a gang).
-	PodGroup string
-	Labels   map[string]string
+	PodGroup   string
+	Finalizers []string
+	Labels     map[string]string
 	// AnyNode lets the pod go beyond the scope's nodes.
 	AnyNode bool
 }
@@ -301,7 +302,7 @@ func (s *Scope) Pod(p PodSpec) *v1.Pod {
 		group = &v1.PodSchedulingGroup{PodGroupName: ptr.To(p.PodGroup)}
 	}
 	return &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: s.NS, Annotations: ann, Labels: p.Labels},
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: s.NS, Annotations: ann, Labels: p.Labels, Finalizers: p.Finalizers},
 		Spec: v1.PodSpec{
 			SchedulerName: sched, Containers: []v1.Container{c}, NodeSelector: sel, Tolerations: p.Tolerations,
 			PriorityClassName:             p.PriorityClass,
