@@ -46,8 +46,10 @@ func (t *Tracker) nominee(pod *v1.Pod, node string) bool {
 // holdForNominees counts the pods the scheduler's filters add to a node
 // because they are nominated to it: they are not bound, so they hold what
 // their preemption freed for them (Nominate), or else what their request
-// takes where it is free. Their victims may still hold those devices, so a
-// nominee never makes the node overcommitted: it holds what it can.
+// takes where it is free (the free whole devices, up to its count, when
+// there are fewer than it needs). Their victims may still hold those
+// devices, so a nominee never makes the node overcommitted: it holds what it
+// can.
 func (t *Tracker) holdForNominees(st *NodeState, pods []*v1.Pod) {
 	var any Request
 	for _, pod := range pods {
@@ -63,8 +65,10 @@ func (t *Tracker) holdForNominees(st *NodeState, pods []*v1.Pod) {
 			}
 			continue
 		}
+		// What it can take now, tightest first: for whole GPUs, the free
+		// ones even if fewer than it needs (its victims hold the rest).
 		out, devices, milli, mask := st.fit(&req)
-		if out != Fits {
+		if out != Fits && out != TooFewFreeDevices {
 			continue
 		}
 		_, sh := req.AgentShare()

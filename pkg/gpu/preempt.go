@@ -15,8 +15,12 @@ import (
 // Victim is a pod that may be evicted to make room for a preemptor.
 type Victim struct {
 	Priority int32
-	// Violates is set when evicting it breaks a PodDisruptionBudget.
-	Violates bool
+	// Budgets are the PodDisruptionBudgets that count its eviction
+	// (indices into PlanEviction's allowed).
+	Budgets []int
+	// Pods is how many pods its eviction takes (a pod group's, on every
+	// node; 0 counts as 1).
+	Pods int
 }
 
 // Eviction is a plan: the GPU pods to evict from a node so that a request
@@ -49,14 +53,19 @@ func (a evictCost) compare(b evictCost) int {
 	return cmp.Compare(a.milli, b.milli)
 }
 
+// exhaustiveSets bounds the device sets costed one by one; past it, the
+// devices are chosen greedily.
+const exhaustiveSets = 4096
+
 // PlanEviction chooses the fewest of the given victims whose eviction lets
 // the request's GPUs fit on the node (its pods as the scheduler sees them):
 // for a share, the smallest set on one device (one pod where one frees
 // enough); for whole GPUs, the devices that are cheapest to clear, a device
 // held by a pod that is no victim never. Victims that hold no GPU are not
-// its concern (the scheduler's filters judge the rest). ok is false when no
-// eviction of the victims makes room, or when the node's GPUs need none.
-func (t *Tracker) PlanEviction(node *v1.Node, pods []*v1.Pod, r *Request, victims map[types.UID]Victim) (Eviction, bool) {
+// its concern (the scheduler's filters judge the rest). allowed is each
+// PodDisruptionBudget's disruptions allowed. ok is false when no eviction
+// of the victims makes room, or when the node's GPUs need none.
+func (t *Tracker) PlanEviction(node *v1.Node, pods []*v1.Pod, r *Request, victims map[types.UID]Victim, allowed []int32) (Eviction, bool) {
 	hs, st := t.Explain(node, pods)
 	out, devices, milli, fitsNow := st.fit(r)
 	if out == Fits || out.Unresolvable() || out == Overcommitted {
@@ -84,18 +93,22 @@ func (t *Tracker) PlanEviction(node *v1.Node, pods []*v1.Pod, r *Request, victim
 		o, _, _, _ := t.Compute(node, rest, 0, 0, "", false).fit(r)
 		return o == Fits
 	}
+	used := make([]int32, len(allowed))
 	costOf := func(set map[types.UID]bool) evictCost {
 		c := evictCost{maxPrio: math.MinInt32}
+		clear(used)
 		for k := range hs {
 			if !set[hs[k].UID] {
 				continue
 			}
 			v := victims[hs[k].UID]
-			c.pods++
+			c.pods += max(v.Pods, 1)
 			c.milli += int64(hs[k].Milli) * int64(max(bits.OnesCount64(hs[k].Mask), 1))
 			c.maxPrio = max(c.maxPrio, v.Priority)
-			if v.Violates {
-				c.violations++
+			for _, b := range v.Budgets {
+				if used[b]++; used[b] > allowed[b] {
+					c.violations++
+				}
 			}
 		}
 		return c
@@ -133,7 +146,7 @@ func (t *Tracker) PlanEviction(node *v1.Node, pods []*v1.Pod, r *Request, victim
 				ks := slices.Clone(on[i])
 				slices.SortFunc(ks, func(a, b int) int {
 					va, vb := victims[hs[a].UID], victims[hs[b].UID]
-					if c := boolCmp(va.Violates, vb.Violates); c != 0 {
+					if c := cmp.Compare(len(va.Budgets), len(vb.Budgets)); c != 0 {
 						return c
 					}
 					if c := cmp.Compare(hs[b].Milli, hs[a].Milli); c != 0 {
@@ -174,17 +187,53 @@ func (t *Tracker) PlanEviction(node *v1.Node, pods []*v1.Pod, r *Request, victim
 	if need > len(eligible) {
 		return Eviction{}, false
 	}
-	if len(eligible) <= exhaustiveDevices {
+	if len(eligible) <= exhaustiveDevices && binomial(len(eligible), need) <= exhaustiveSets {
+		// Each device as a bit set of the holdings on it: a choice's
+		// victims are the union, costed without maps.
+		words := (len(hs) + 63) / 64
+		onBits := make([][]uint64, st.Count)
+		for _, i := range eligible {
+			onBits[i] = make([]uint64, words)
+			for _, k := range on[i] {
+				onBits[i][k/64] |= 1 << uint(k%64)
+			}
+		}
+		union := make([]uint64, words)
+		vs := make([]Victim, len(hs))
+		milli := make([]int64, len(hs))
+		for k := range hs {
+			vs[k] = victims[hs[k].UID]
+			milli[k] = int64(hs[k].Milli) * int64(max(bits.OnesCount64(hs[k].Mask), 1))
+		}
+		costBits := func() evictCost {
+			c := evictCost{maxPrio: math.MinInt32}
+			clear(used)
+			for w, x := range union {
+				for ; x != 0; x &= x - 1 {
+					k := w*64 + bits.TrailingZeros64(x)
+					v := &vs[k]
+					c.pods += max(v.Pods, 1)
+					c.milli += milli[k]
+					c.maxPrio = max(c.maxPrio, v.Priority)
+					for _, b := range v.Budgets {
+						if used[b]++; used[b] > allowed[b] {
+							c.violations++
+						}
+					}
+				}
+			}
+			return c
+		}
 		var best []int
 		var bestCost evictCost
 		combinations(eligible, need, func(pick []int) {
-			set := map[types.UID]bool{}
+			clear(union)
 			for _, i := range pick {
-				for _, k := range on[i] {
-					set[hs[k].UID] = true
+				for w, x := range onBits[i] {
+					union[w] |= x
 				}
 			}
-			if c := costOf(set); best == nil || c.compare(bestCost) < 0 {
+			if c := costBits(); best == nil || c.compare(bestCost) < 0 {
 				best, bestCost = slices.Clone(pick), c
 			}
 		})
@@ -250,6 +299,18 @@ func (t *Tracker) PlanEviction(node *v1.Node, pods []*v1.Pod, r *Request, victim
 // C(16,8) = 12,870 sets at most.
 const exhaustiveDevices = 16
 
+// binomial is C(n, k), saturating past exhaustiveSets.
+func binomial(n, k int) int {
+	c := 1
+	for i := 0; i < k; i++ {
+		c = c * (n - i) / (i + 1)
+		if c > exhaustiveSets {
+			return exhaustiveSets + 1
+		}
+	}
+	return c
+}
+
 // combinations calls f with every choice of k of the items, in order.
 func combinations(items []int, k int, f func([]int)) {
 	pick := make([]int, 0, k)
@@ -270,12 +331,16 @@ func combinations(items []int, k int, f func([]int)) {
 
 // FreedFor is the devices a nominated preemptor is to get on a node once
 // the victims are gone: where its request fits without them, those the
-// victims held first (victimMask), tightest first.
-func (t *Tracker) FreedFor(node *v1.Node, rest []*v1.Pod, r *Request, victimMask uint64) (Choice, bool) {
+// victims held first (victimMask), tightest first; devices held for other
+// nominees (taken) only if nothing else is left.
+func (t *Tracker) FreedFor(node *v1.Node, rest []*v1.Pod, r *Request, victimMask, taken uint64) (Choice, bool) {
 	st := t.Compute(node, rest, 0, 0, "", false)
 	out, devices, milli, mask := st.fit(r)
 	if out != Fits {
 		return Choice{}, false
+	}
+	if int32(bits.OnesCount64(mask&^taken)) >= devices {
+		mask &^= taken
 	}
 	_, sh := r.AgentShare()
 	c := Choice{Milli: milli, Share: sh}
@@ -327,16 +392,6 @@ func maps(m map[types.UID]bool) map[types.UID]bool {
 		c[k] = v
 	}
 	return c
-}
-
-func boolCmp(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case !a:
-		return -1
-	}
-	return 1
 }
 
 func maskString(m uint64) string {

@@ -32,6 +32,19 @@ func whole(name string, devs ...int) *v1.Pod {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
+// manyShares puts two 300m shares on each device of a node, one on device
+// single (-1: none).
+func manyShares(devices, single int) []*v1.Pod {
+	var pods []*v1.Pod
+	for d := 0; d < devices; d++ {
+		pods = append(pods, share("s"+itoa(d)+"a", d, 300))
+		if d != single {
+			pods = append(pods, share("s"+itoa(d)+"b", d, 300))
+		}
+	}
+	return pods
+}
+
 func TestPlanEviction(t *testing.T) {
 	all := func(pods []*v1.Pod, except ...string) map[types.UID]Victim {
 		m := map[types.UID]Victim{}
@@ -55,6 +68,7 @@ func TestPlanEviction(t *testing.T) {
 		pods    []*v1.Pod
 		req     Request
 		victims func([]*v1.Pod) map[types.UID]Victim
+		allowed []int32  // disruptions each budget allows
 		want    []string // nil: no plan
 	}{
 		"whole GPU: the one share of device 5, not a device's two": {
@@ -90,10 +104,40 @@ func TestPlanEviction(t *testing.T) {
 			devices: 2, pods: []*v1.Pod{share("guarded", 0, 600), share("c", 1, 300), share("d", 1, 300)}, req: Request{Count: 1},
 			victims: func(p []*v1.Pod) map[types.UID]Victim {
 				m := all(p)
-				m["guarded"] = Victim{Violates: true}
+				m["guarded"] = Victim{Budgets: []int{0}}
 				return m
 			},
-			want: []string{"c", "d"},
+			allowed: []int32{0},
+			want:    []string{"c", "d"},
+		},
+		"a budget that allows one disruption is charged to the pods evicted only": {
+			devices: 2, pods: []*v1.Pod{share("a", 0, 600), share("b", 1, 300), share("c", 1, 300)}, req: Request{Count: 1},
+			victims: func(p []*v1.Pod) map[types.UID]Victim {
+				m := map[types.UID]Victim{}
+				for _, n := range []types.UID{"a", "b", "c"} {
+					m[n] = Victim{Budgets: []int{0}}
+				}
+				return m
+			},
+			allowed: []int32{1},
+			want:    []string{"a"},
+		},
+		"a pod of a group is evicted with its whole group": {
+			devices: 2, pods: []*v1.Pod{share("g", 0, 300), share("b", 1, 300), share("c", 1, 300)}, req: Request{Count: 1},
+			victims: func(p []*v1.Pod) map[types.UID]Victim {
+				m := all(p)
+				m["g"] = Victim{Pods: 8}
+				return m
+			},
+			want: []string{"b", "c"},
+		},
+		"20 devices (greedy): the one device with one share": {
+			devices: 20, pods: manyShares(20, 7), req: Request{Count: 1},
+			want: []string{"s7a"},
+		},
+		"16 devices, 8 to clear (too many sets: greedy)": {
+			devices: 16, pods: manyShares(16, -1), req: Request{Count: 8},
+			want: []string{"s0a", "s0b", "s1a", "s1b", "s2a", "s2b", "s3a", "s3b", "s4a", "s4b", "s5a", "s5b", "s6a", "s6b", "s7a", "s7b"},
 		},
 		"lower priority before fewer pods": {
 			devices: 2, pods: []*v1.Pod{share("important", 0, 600), share("c", 1, 300), share("d", 1, 300)}, req: Request{Count: 1},
@@ -124,7 +168,7 @@ func TestPlanEviction(t *testing.T) {
 				victims = tc.victims(tc.pods)
 			}
 			tr := NewTracker(DefaultNodeOptions)
-			e, ok := tr.PlanEviction(n, tc.pods, &tc.req, victims)
+			e, ok := tr.PlanEviction(n, tc.pods, &tc.req, victims, tc.allowed)
 			if tc.want == nil {
 				if ok {
 					t.Fatalf("want no plan, got %v (%s)", e.UIDs, e.Why)
@@ -163,7 +207,7 @@ func TestNomineeHoldsItsDevices(t *testing.T) {
 	if st.Overcommitted || st.Free[0] != 400 || st.Free[1] != 0 {
 		t.Errorf("without a record: free %v overcommitted %v, want [400 0] false", st.Free[:2], st.Overcommitted)
 	}
-	full := share("full", 1, 1000)
+	full := whole("full", 1)
 	st = tr.Compute(n, []*v1.Pod{victim, full, nominee}, 0, 0, "", false)
 	if st.Overcommitted || st.Free[0] != 400 {
 		t.Errorf("nowhere to go: free %v overcommitted %v, want [400 0] false", st.Free[:2], st.Overcommitted)
@@ -176,13 +220,21 @@ func TestNomineeHoldsItsDevices(t *testing.T) {
 	if st.Overcommitted || st.Free[0] != 0 || st.Free[1] != 1000 {
 		t.Errorf("with the record: free %v overcommitted %v, want [0 1000] false", st.Free[:2], st.Overcommitted)
 	}
-	// Nominated elsewhere, the record does not apply here; and it is not
-	// counted where it is not nominated.
+	// A whole GPU short of devices holds the free ones it can.
+	pair := gpuPod("pair", "pair", 2, nil)
+	pair.Status.NominatedNodeName = "n"
+	st = tr.Compute(n, []*v1.Pod{victim, pair}, 0, 0, "", false)
+	if st.Overcommitted || st.Free[0] != 400 || st.Free[1] != 0 {
+		t.Errorf("two GPUs, one free: free %v overcommitted %v, want [400 0] false", st.Free[:2], st.Overcommitted)
+	}
+	// With a record for another node and no nomination here, the pod is
+	// not a nominee here: an unbound pod in the list counts as any pod
+	// does, laid down on what is free, and it overcommits when it does not fit.
 	tr.Nominate("p", "other", Choice{Mask: 1, Milli: MilliPerGPU})
 	nominee.Status.NominatedNodeName = ""
-	st = tr.Compute(n, []*v1.Pod{victim}, 0, 0, "", false)
-	if st.Free[0] != 400 || st.Free[1] != 1000 {
-		t.Errorf("record for another node: free %v", st.Free[:2])
+	st = tr.Compute(n, []*v1.Pod{victim, full, nominee}, 0, 0, "", false)
+	if !st.Overcommitted {
+		t.Errorf("record for another node: free %v, want the pod counted (overcommitted)", st.Free[:2])
 	}
 	tr.Denominate("p")
 	if _, ok := tr.Nominated("p", "other"); ok {

@@ -278,25 +278,45 @@ func BenchmarkPreemptionFilter(b *testing.B) {
 			b.ReportMetric(ns/base, "x-baseline")
 		}
 	})
-	b.Run("plan", func(b *testing.B) {
-		node, pods := benchNode()
-		tr := gpu.NewTracker(gpu.DefaultNodeOptions)
-		victims := map[types.UID]gpu.Victim{}
-		for _, p := range pods {
-			victims[p.UID] = gpu.Victim{}
+	// The plan: on the bench node (one more device to clear), and on a
+	// 16-GPU node with four 200m shares on every device, clearing 4 devices
+	// (1,820 sets costed) and 8 (greedy).
+	big := st.MakeNode().Name("gpu-16").Capacity(map[v1.ResourceName]string{
+		v1.ResourceCPU: "96", v1.ResourceMemory: "384Gi", gpu.ResourceNvidiaGPU: "16"}).Obj()
+	var bigPods []*v1.Pod
+	for d := 0; d < 16; d++ {
+		for k := 0; k < 4; k++ {
+			name := fmt.Sprintf("s-%d-%d", d, k)
+			bigPods = append(bigPods, st.MakePod().Name(name).UID(name).Namespace("default").Node("gpu-16").
+				Annotation(gpu.AnnotationMilli, "200").Annotation(gpu.AnnotationAssignment, fmt.Sprintf("gpu-16:%d=200", d)).Obj())
 		}
-		req := gpu.Request{Count: 2} // device 0 is free: one more to clear
-		if _, ok := tr.PlanEviction(node, pods, &req, victims); !ok {
-			b.Fatal("no plan")
-		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			tr.PlanEviction(node, pods, &req, victims)
-		}
-		b.StopTimer()
-		if base > 0 {
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/base, "x-baseline")
-		}
-	})
+	}
+	node8, pods8 := benchNode()
+	for _, tc := range []struct {
+		name  string
+		node  *v1.Node
+		pods  []*v1.Pod
+		count int32
+	}{{"plan/8gpu-clear-1", node8, pods8, 2}, {"plan/16gpu-64pods-clear-4", big, bigPods, 4}, {"plan/16gpu-64pods-clear-8", big, bigPods, 8}} {
+		b.Run(tc.name, func(b *testing.B) {
+			tr := gpu.NewTracker(gpu.DefaultNodeOptions)
+			victims := map[types.UID]gpu.Victim{}
+			for _, p := range tc.pods {
+				victims[p.UID] = gpu.Victim{}
+			}
+			req := gpu.Request{Count: tc.count}
+			if _, ok := tr.PlanEviction(tc.node, tc.pods, &req, victims, nil); !ok {
+				b.Fatal("no plan")
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				tr.PlanEviction(tc.node, tc.pods, &req, victims, nil)
+			}
+			b.StopTimer()
+			if base > 0 {
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/base, "x-baseline")
+			}
+		})
+	}
 }

@@ -236,9 +236,8 @@ func (pl *GPUFit) watch(pods, nodes cache.SharedIndexInformer) error {
 		UpdateFunc: func(old, obj interface{}) {
 			pl.podChanged(old, obj)
 			pl.trackPending(obj)
-			if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" {
-				// Bound: the devices held for its nomination are its own.
-				pl.shared.Tracker().Denominate(p.UID)
+			if p, ok := obj.(*v1.Pod); ok {
+				pl.nominationChanged(old, p)
 			}
 		},
 		DeleteFunc: func(obj interface{}) {
@@ -274,6 +273,22 @@ func (pl *GPUFit) watch(pods, nodes cache.SharedIndexInformer) error {
 		},
 	})
 	return err
+}
+
+// nominationChanged drops the devices held for a preemptor once it is
+// bound (they are its own), or once its nomination is cleared or moved to
+// a node it holds nothing on.
+func (pl *GPUFit) nominationChanged(old interface{}, p *v1.Pod) {
+	tr := pl.shared.Tracker()
+	if p.Spec.NodeName != "" {
+		tr.Denominate(p.UID)
+		return
+	}
+	if o, ok := old.(*v1.Pod); ok && o.Status.NominatedNodeName != "" && o.Status.NominatedNodeName != p.Status.NominatedNodeName {
+		if _, here := tr.Nominated(p.UID, p.Status.NominatedNodeName); !here {
+			tr.Denominate(p.UID)
+		}
+	}
 }
 
 // podChanged counts a change of the pods bound to a node: the hints' memo of
@@ -492,7 +507,7 @@ func (pl *GPUFit) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	st := pl.shared.StateExcluding(nodeInfo, pod.UID)
+	st := pl.shared.ForPod(pl.handle, nodeInfo, pod, true)
 	choice, _, ok := pl.shared.Evaluate(st, req)
 	if !ok {
 		return fwk.NewStatus(fwk.Unschedulable, ErrReasonDevicesChanged)

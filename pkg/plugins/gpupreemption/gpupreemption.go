@@ -18,10 +18,13 @@ package gpupreemption
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	policy "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -33,6 +36,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
 	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
+	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
@@ -48,6 +52,7 @@ const Name = "GPUPreemption"
 // DefaultPreemption in a profile (both at once would preempt twice).
 type GPUPreemption struct {
 	*defaultpreemption.DefaultPreemption
+	handle fwk.Handle
 	shared *shared.Shared
 	// plans holds, per node, the eviction planned for the pod whose
 	// preemption runs (one at a time; nodes are dry-run in parallel).
@@ -93,7 +98,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	pl := &GPUPreemption{DefaultPreemption: dp, shared: shared.For(h)}
+	pl := &GPUPreemption{DefaultPreemption: dp, handle: h, shared: shared.For(h)}
 	context.AfterFunc(ctx, func() { shared.Forget(h) })
 	upstream := dp.MoreImportantVictim
 	dp.MoreImportantVictim = func(a, b preemption.Victim) bool {
@@ -116,11 +121,16 @@ func (pl *GPUPreemption) Name() string { return Name }
 func (pl *GPUPreemption) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	pl.plans.Clear()
 	defer pl.plans.Clear()
+	t := pl.shared.Tracker()
+	if t != nil {
+		// Whatever an earlier preemption freed for it no longer holds.
+		t.Denominate(pod.UID)
+	}
 	res, status := pl.DefaultPreemption.PostFilter(ctx, state, pod, m)
 	if res == nil || res.NominatingInfo == nil || res.NominatedNodeName == "" {
 		return res, status
 	}
-	if t := pl.shared.Tracker(); t != nil {
+	if t != nil {
 		if v, ok := pl.plans.Load(res.NominatedNodeName); ok {
 			if p := v.(*plan); p.preemptor == pod.UID && p.ok {
 				t.Nominate(pod.UID, res.NominatedNodeName, p.freed)
@@ -151,23 +161,21 @@ func (pl *GPUPreemption) SelectVictimsOnNode(ctx context.Context, cs fwk.CycleSt
 			eligible = append(eligible, dv)
 		}
 	}
-	violating, _ := preemption.FilterVictimsWithPDBViolation(eligible, pdbs)
-	breaks := map[types.UID]bool{}
-	for _, v := range violating {
-		for _, p := range v.Victim.Pods() {
-			breaks[p.GetPod().UID] = true
-		}
+	allowed := make([]int32, len(pdbs))
+	for i, b := range pdbs {
+		allowed[i] = b.Status.DisruptionsAllowed
 	}
 	candidates := map[types.UID]gpu.Victim{}
 	for _, dv := range eligible {
 		for _, p := range dv.Pods() {
-			if p.GetPod().Spec.NodeName == node.Name {
-				candidates[p.GetPod().UID] = gpu.Victim{Priority: dv.Priority(), Violates: breaks[p.GetPod().UID]}
+			if pod := p.GetPod(); pod.Spec.NodeName == node.Name {
+				// A group is evicted whole, on every node it spans.
+				candidates[pod.UID] = gpu.Victim{Priority: dv.Priority(), Pods: len(dv.Pods()), Budgets: budgetsOf(pod, pdbs)}
 			}
 		}
 	}
 	p := &plan{preemptor: preemptor.UID}
-	e, planned := t.PlanEviction(node, before, req, candidates)
+	e, planned := t.PlanEviction(node, before, req, candidates, allowed)
 	if planned {
 		p.victims = make(map[types.UID]bool, len(e.UIDs))
 		for _, uid := range e.UIDs {
@@ -180,12 +188,39 @@ func (pl *GPUPreemption) SelectVictimsOnNode(ctx context.Context, cs fwk.CycleSt
 	if !status.IsSuccess() || len(pods) == 0 {
 		return pods, violations, status
 	}
-	// nodeInfo is now the node without the victims.
 	chosen := make(map[types.UID]bool, len(pods))
 	for _, v := range pods {
 		chosen[v.UID] = true
 	}
-	p.freed, p.ok = t.FreedFor(node, podsOf(nodeInfo), req, t.HeldBy(node, before, chosen))
+	if planned {
+		// The reprieve order charged the budgets to the pods it tried last
+		// (ours): count the breaks of the victims alone, as they are what
+		// is evicted. And the victims in upstream's order, most important
+		// first: the node is ranked by its first victim's priority.
+		var final []*preemption.DomainVictim
+		for _, dv := range eligible {
+			if in := dv.Pods(); len(in) > 0 && chosen[in[0].GetPod().UID] {
+				final = append(final, dv)
+			}
+		}
+		violating, _ := preemption.FilterVictimsWithPDBViolation(final, pdbs)
+		violations = 0
+		for _, v := range violating {
+			violations += v.ViolateCount
+		}
+		sort.SliceStable(pods, func(i, j int) bool { return schedutil.MoreImportantPod(pods[i], pods[j]) })
+	}
+	// nodeInfo is now the node without the victims. Devices already held
+	// for other nominees as important go to them.
+	var taken uint64
+	for _, np := range pl.handle.NominatedPodsForNode(node.Name) {
+		if o := np.GetPod(); o.UID != preemptor.UID && corev1helpers.PodPriority(o) >= prio {
+			if c, here := t.Nominated(o.UID, node.Name); here {
+				taken |= c.Mask
+			}
+		}
+	}
+	p.freed, p.ok = t.FreedFor(node, podsOf(nodeInfo), req, t.HeldBy(node, before, chosen), taken)
 	if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
 		why := "no GPU eviction planned: upstream's order"
 		if planned {
@@ -195,6 +230,29 @@ func (pl *GPUPreemption) SelectVictimsOnNode(ctx context.Context, cs fwk.CycleSt
 			"victims", klog.KObjSlice(pods), "plan", why, "followed", planned && sameSet(p.victims, chosen), "devices", p.freed.Devices())
 	}
 	return pods, violations, status
+}
+
+// budgetsOf is the PodDisruptionBudgets that count a pod's eviction, as
+// upstream matches them (FilterVictimsWithPDBViolation).
+func budgetsOf(pod *v1.Pod, pdbs []*policy.PodDisruptionBudget) []int {
+	if len(pod.Labels) == 0 {
+		return nil
+	}
+	var out []int
+	for i, b := range pdbs {
+		if b.Namespace != pod.Namespace {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+		if err != nil || sel.Empty() || !sel.Matches(labels.Set(pod.Labels)) {
+			continue
+		}
+		if _, done := b.Status.DisruptedPods[pod.Name]; done {
+			continue
+		}
+		out = append(out, i)
+	}
+	return out
 }
 
 // planned reports whether a victim is in the eviction planned on its node.

@@ -11,6 +11,7 @@ import (
 	policy "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	clientsetfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/queuesort"
 	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
@@ -123,6 +125,9 @@ func dryRun(t *testing.T, build func(ctx context.Context, h fwk.Handle) *preempt
 			got[c.Name()] = append(got[c.Name()], p.Name)
 		}
 		slices.Sort(got[c.Name()])
+		if n := c.Victims().NumPDBViolations; n > 0 {
+			got[c.Name()] = append(got[c.Name()], "violations="+strconv.FormatInt(n, 10))
+		}
 	}
 	return got
 }
@@ -136,7 +141,8 @@ func ours(ctx context.Context, h fwk.Handle) *preemption.Evaluator {
 }
 
 func upstream(ctx context.Context, h fwk.Handle) *preemption.Evaluator {
-	pl, err := defaultpreemption.New(ctx, &schedconfig.DefaultPreemptionArgs{MinCandidateNodesPercentage: 10, MinCandidateNodesAbsolute: 100}, h, feature.Features{})
+	pl, err := defaultpreemption.New(ctx, &schedconfig.DefaultPreemptionArgs{MinCandidateNodesPercentage: 10, MinCandidateNodesAbsolute: 100}, h,
+		plfeature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate))
 	if err != nil {
 		panic(err)
 	}
@@ -180,8 +186,19 @@ func TestDeviceLevelVictims(t *testing.T) {
 			pods: []*v1.Pod{
 				withLabel(share("guarded", "n1", 0, 300, 0), "app", "guarded"),
 				share("b", "n1", 1, 300, 1), share("c", "n1", 1, 300, 2)},
-			pdbs: []*policy.PodDisruptionBudget{pdb("app", "guarded")},
+			pdbs: []*policy.PodDisruptionBudget{pdb("app", "guarded", 0)},
 			want: map[string][]string{"n1": {"b", "c"}},
+		},
+		// One budget allows one disruption and covers all three: evicting
+		// the lone share breaks nothing. (The reprieve order tries the
+		// planned victim last; the budget is charged to the victims alone.)
+		"a budget that allows one disruption": {
+			pod: preemptor("p", "1", 0), nodes: n1,
+			pods: []*v1.Pod{
+				withLabel(share("a", "n1", 0, 300, 0), "app", "guarded"),
+				withLabel(share("b", "n1", 1, 300, 1), "app", "guarded"), withLabel(share("c", "n1", 1, 300, 2), "app", "guarded")},
+			pdbs: []*policy.PodDisruptionBudget{pdb("app", "guarded", 1)},
+			want: map[string][]string{"n1": {"a"}},
 		},
 		// Nothing to plan: upstream's choice (want nil).
 		"CPU-only preemptor": {
@@ -213,11 +230,11 @@ func withLabel(p *v1.Pod, k, v string) *v1.Pod {
 	return p
 }
 
-func pdb(k, v string) *policy.PodDisruptionBudget {
+func pdb(k, v string, allowed int32) *policy.PodDisruptionBudget {
 	return &policy.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pdb"},
 		Spec:       policy.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{k: v}}},
-		Status:     policy.PodDisruptionBudgetStatus{DisruptionsAllowed: 0},
+		Status:     policy.PodDisruptionBudgetStatus{DisruptionsAllowed: allowed},
 	}
 }
 

@@ -26,6 +26,7 @@ const Name = "GPUScore"
 
 // GPUScore scores nodes by the GPU placement policy.
 type GPUScore struct {
+	handle  fwk.Handle
 	shared  *shared.Shared
 	scoring gpu.Scoring
 }
@@ -72,7 +73,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	} else {
 		s.SetScoring(sc, gpu.NewLearner(float64(w.CoveragePercent)/100, int(w.HalfLifePods)), nil)
 	}
-	return &GPUScore{shared: s, scoring: sc}, nil
+	return &GPUScore{handle: h, shared: s, scoring: sc}, nil
 }
 
 // StaticWorkload turns configured tasks into a workload.
@@ -119,7 +120,7 @@ func (pl *GPUScore) PreScore(_ context.Context, cs fwk.CycleState, pod *v1.Pod, 
 }
 
 // Score is the policy's raw score; NormalizeScore ranks it into 0-100.
-func (pl *GPUScore) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+func (pl *GPUScore) Score(_ context.Context, cs fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	d, err := cs.Read(preScoreStateKey)
 	if err != nil {
 		return 0, fwk.AsStatus(fmt.Errorf("reading %q: %w", preScoreStateKey, err))
@@ -130,7 +131,7 @@ func (pl *GPUScore) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeI
 			return raw, nil
 		}
 	}
-	st := pl.shared.State(nodeInfo)
+	st := pl.shared.ForPod(pl.handle, nodeInfo, pod, false)
 	_, raw, ok := pl.scoring.Evaluate(st, &s.req, s.wl)
 	if !ok {
 		return minRaw, nil

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics/legacyregistry"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
@@ -27,6 +28,9 @@ import (
 type Shared struct {
 	acc     *Accounting
 	scoring atomic.Pointer[scoring]
+	// nominator: the profile's framework keeps nominated pods.
+	nominatorOnce sync.Once
+	nominator     bool
 }
 
 // Accounting is the device accounting of one scheduler process: every
@@ -281,6 +285,42 @@ func (s *Shared) StateExcluding(nodeInfo fwk.NodeInfo, uid types.UID) *gpu.NodeS
 		}
 	}
 	return s.State(nodeInfo)
+}
+
+// ForPod is the node's state as a pod's Score and Reserve must see it: with
+// the GPU pods nominated to the node that are at least as important (the
+// scheduler's filters counted them, holding the devices their preemption
+// freed), so that the device chosen is not one held for a preemptor. Nodes
+// without such nominees get State, or StateExcluding when exclude.
+func (s *Shared) ForPod(h fwk.Handle, nodeInfo fwk.NodeInfo, pod *v1.Pod, exclude bool) *gpu.NodeState {
+	var noms []*v1.Pod
+	if h != nil && s.nominates(h) {
+		prio := corev1helpers.PodPriority(pod)
+		for _, pi := range h.NominatedPodsForNode(nodeInfo.Node().Name) {
+			if p := pi.GetPod(); p.UID != pod.UID && corev1helpers.PodPriority(p) >= prio && gpu.UsesGPU(p, s.Tracker().RequestOptions()) {
+				noms = append(noms, p)
+			}
+		}
+	}
+	if len(noms) == 0 {
+		if exclude {
+			return s.StateExcluding(nodeInfo, pod.UID)
+		}
+		return s.State(nodeInfo)
+	}
+	pods := append(podsOf(nodeInfo), noms...)
+	return s.Tracker().Compute(nodeInfo.Node(), pods, cpuFree(nodeInfo), memFree(nodeInfo), pod.UID, true)
+}
+
+// nominates reports whether the framework keeps nominated pods: one built
+// without a nominator (tests, the simulator) panics when asked.
+func (s *Shared) nominates(h fwk.Handle) bool {
+	s.nominatorOnce.Do(func() {
+		defer func() { _ = recover() }()
+		h.NominatedPodsForNode("")
+		s.nominator = true
+	})
+	return s.nominator
 }
 
 func podsOf(nodeInfo fwk.NodeInfo) []*v1.Pod {
