@@ -19,8 +19,10 @@ import (
 	klogtesting "k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	internalqueue "k8s.io/kubernetes/pkg/scheduler/backend/queue"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/kubernetes/pkg/scheduler/metrics"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
 	"k8s.io/kubernetes/test/utils/ktesting"
 
@@ -496,4 +498,56 @@ func TestSignPod(t *testing.T) {
 
 func ktestingLogger(t *testing.T) (klog.Logger, context.Context) {
 	return klogtesting.NewTestContext(t)
+}
+
+// Reserve does not choose a device held for a preemptor nominated to the
+// node (its victims gone, it not bound yet): the filters counted it, so the
+// choice must too.
+func TestReserveLeavesANomineesDevices(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	metrics.Register() // the scheduling queue counts its pods
+	node := gpuNode("n", "2").Obj()
+	client := fake.NewClientset()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	snapshot := cache.NewSnapshot(nil, []*v1.Node{node})
+	queue := internalqueue.NewSchedulingQueue(nil, factory)
+	fh, err := frameworkruntime.NewFramework(tCtx, nil, nil,
+		frameworkruntime.WithPodActivator(&gputest.Activator{}),
+		frameworkruntime.WithSnapshotSharedLister(snapshot),
+		frameworkruntime.WithPodNominator(queue),
+		frameworkruntime.WithClientSet(client),
+		frameworkruntime.WithInformerFactory(factory))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(tCtx, accountingArgs(), fh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := p.(*GPUFit)
+	factory.Core().V1().Nodes().Informer().GetStore().Add(node)
+	preemptor := wholePod("preemptor", "1").Priority(1000).Obj()
+	// The nominator keeps only pods its lister has, and gives their
+	// specs only for pods in the queue.
+	factory.Core().V1().Pods().Informer().GetStore().Add(preemptor)
+	queue.Add(tCtx, preemptor)
+	pi, _ := framework.NewPodInfo(preemptor)
+	queue.AddNominatedPod(klog.FromContext(tCtx), pi, &fwk.NominatingInfo{NominatingMode: fwk.ModeOverride, NominatedNodeName: "n"})
+	for _, held := range []int{0, 1} {
+		pl.shared.Tracker().Nominate(preemptor.UID, "n", gpu.Choice{Mask: 1 << uint(held), Milli: gpu.MilliPerGPU})
+		for _, prio := range []int32{0, 1000} {
+			pod := wholePod(fmt.Sprintf("low-%d-%d", held, prio), "1").Priority(prio).Obj()
+			factory.Core().V1().Pods().Informer().GetStore().Add(pod)
+			cs := framework.NewCycleState()
+			pl.PreFilter(tCtx, cs, pod, nil)
+			if s := pl.Reserve(tCtx, cs, pod, "n"); !s.IsSuccess() {
+				t.Fatal(s)
+			}
+			rs := readReserve(cs)
+			if prio < 1000 && rs.choice.Mask == 1<<uint(held) {
+				t.Errorf("held device %d: a lower-priority pod reserved it", held)
+			}
+			pl.Unreserve(tCtx, cs, pod, "n")
+		}
+	}
 }
