@@ -57,10 +57,12 @@ func run(m *testing.M) int {
 	if kubeconfig == "" {
 		// The suite's shares are on nodes without a device agent: it
 		// tests the accounting (the integration suite has HAMi's nodes).
+		// The local control plane serves the Workload API: the suite runs
+		// with GenericWorkload on, as an operator who uses gangs would.
 		procs, err = harness.StartProcesses(ctx, cluster, 1, func(c *configv1.KubeSchedulerConfiguration) {
 			harness.FastLeaderElection(c)
 			harness.AccountingOnlySharing(c)
-		}, os.Getenv("E2E_SCHEDULER_ARGS"))
+		}, "--feature-gates=GenericWorkload=true", os.Getenv("E2E_SCHEDULER_ARGS"))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "starting gpu-scheduler:", err)
 			return 1
