@@ -123,11 +123,9 @@ func newBenchEnv(b *testing.B, policy gpu.Policy) *benchEnv {
 	return e
 }
 
-// runBaseline measures the in-tree NodeResourcesFit Filter plus
-// LeastAllocated Score on the same node and pod, in the same run, so that
-// our cost prints as a ratio to it.
-func runBaseline(b *testing.B, pod *v1.Pod) float64 {
-	ctx := klog.NewContext(context.Background(), klog.Background())
+// baselineFit is the in-tree NodeResourcesFit (LeastAllocated) on the bench
+// node.
+func baselineFit(b *testing.B, ctx context.Context) (fwk.Plugin, fwk.NodeInfo) {
 	node, pods := benchNode()
 	snapshot := cache.NewSnapshot(pods, []*v1.Node{node})
 	fh, _ := frameworkruntime.NewFramework(ctx, nil, nil, frameworkruntime.WithSnapshotSharedLister(snapshot))
@@ -139,6 +137,15 @@ func runBaseline(b *testing.B, pod *v1.Pod) float64 {
 		b.Fatal(err)
 	}
 	ni, _ := snapshot.Get("gpu-8")
+	return pl, ni
+}
+
+// runBaseline measures the in-tree NodeResourcesFit Filter plus
+// LeastAllocated Score on the same node and pod, in the same run, so that
+// our cost prints as a ratio to it.
+func runBaseline(b *testing.B, pod *v1.Pod) float64 {
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	pl, ni := baselineFit(b, ctx)
 	cs := framework.NewCycleState()
 	pl.(fwk.PreFilterPlugin).PreFilter(ctx, cs, pod, nil)
 	pl.(fwk.PreScorePlugin).PreScore(ctx, cs, pod, nil)
@@ -258,17 +265,7 @@ func BenchmarkPreemptionFilter(b *testing.B) {
 		return float64(b.Elapsed().Nanoseconds()) / float64(b.N)
 	}
 	b.Run("baseline-NodeResourcesFit", func(b *testing.B) {
-		node, pods := benchNode()
-		snapshot := cache.NewSnapshot(pods, []*v1.Node{node})
-		fh, _ := frameworkruntime.NewFramework(ctx, nil, nil, frameworkruntime.WithSnapshotSharedLister(snapshot))
-		fts := plfeature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
-		fts.EnableDRAExtendedResource = false
-		pl, err := noderesources.NewFit(ctx, &schedconfig.NodeResourcesFitArgs{ScoringStrategy: &schedconfig.ScoringStrategy{
-			Type: schedconfig.LeastAllocated, Resources: []schedconfig.ResourceSpec{{Name: "cpu", Weight: 1}, {Name: "memory", Weight: 1}}}}, fh, fts)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ni, _ := snapshot.Get("gpu-8")
+		pl, ni := baselineFit(b, ctx)
 		base = run(b, pl.(fwk.FilterPlugin), pl.(fwk.PreFilterPlugin), ni)
 	})
 	b.Run("GPUFit", func(b *testing.B) {

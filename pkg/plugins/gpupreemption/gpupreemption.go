@@ -153,7 +153,7 @@ func (pl *GPUPreemption) SelectVictimsOnNode(ctx context.Context, cs fwk.CycleSt
 		pl.plans.Delete(node.Name)
 		return pl.DefaultPreemption.SelectVictimsOnNode(ctx, cs, preemptor, nodeInfo, all, pdbs)
 	}
-	before := podsOf(nodeInfo)
+	before := shared.PodsOf(nodeInfo)
 	var eligible []*preemption.DomainVictim
 	prio := corev1helpers.PodPriority(preemptor)
 	for _, dv := range all {
@@ -220,7 +220,7 @@ func (pl *GPUPreemption) SelectVictimsOnNode(ctx context.Context, cs fwk.CycleSt
 			}
 		}
 	}
-	p.freed, p.ok = t.FreedFor(node, podsOf(nodeInfo), req, t.HeldBy(node, before, chosen), taken)
+	p.freed, p.ok = t.FreedFor(node, shared.PodsOf(nodeInfo), req, t.HeldBy(node, before, chosen), taken)
 	if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
 		why := "no GPU eviction planned: upstream's order"
 		if planned {
@@ -274,15 +274,6 @@ func (pl *GPUPreemption) eligible(dv *preemption.DomainVictim, preemptor *v1.Pod
 		}
 	}
 	return true
-}
-
-func podsOf(ni fwk.NodeInfo) []*v1.Pod {
-	infos := ni.GetPods()
-	pods := make([]*v1.Pod, len(infos))
-	for i, p := range infos {
-		pods[i] = p.GetPod()
-	}
-	return pods
 }
 
 func sameSet(a, b map[types.UID]bool) bool {

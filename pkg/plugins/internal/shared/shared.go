@@ -323,6 +323,9 @@ func (s *Shared) nominates(h fwk.Handle) bool {
 	return s.nominator
 }
 
+// PodsOf lists the pods of a node's scheduler view.
+func PodsOf(nodeInfo fwk.NodeInfo) []*v1.Pod { return podsOf(nodeInfo) }
+
 func podsOf(nodeInfo fwk.NodeInfo) []*v1.Pod {
 	infos := nodeInfo.GetPods()
 	pods := make([]*v1.Pod, len(infos))
