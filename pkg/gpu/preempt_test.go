@@ -241,3 +241,37 @@ func TestNomineeHoldsItsDevices(t *testing.T) {
 		t.Errorf("denominated pod still recorded")
 	}
 }
+
+func TestRoomAndKinds(t *testing.T) {
+	n := node("n", 4, 4, map[string]string{LabelGPUProduct: "A100"})
+	st := NewTracker(DefaultNodeOptions).Compute(n, []*v1.Pod{share("a", 0, 600), whole("b", 1)}, 0, 0, "", false)
+	// Free: 400, 0, 1000, 1000.
+	a100 := ModelSelector{Exact: []string{"A100"}}
+	t4 := ModelSelector{Exact: []string{"T4"}}
+	for name, tc := range map[string]struct {
+		task      Task
+		cpu, want int64
+	}{
+		"shares by device":      {Task{Milli: 300, Count: 1}, 0, 1 + 3 + 3},
+		"whole by free devices": {Task{Milli: 1000, Count: 2}, 0, 1},
+		"bounded by CPU":        {Task{Milli: 300, Count: 1, CPU: 2000}, 5000, 2},
+		"model allowed":         {Task{Milli: 1000, Count: 1, Models: a100}, 0, 2},
+		"model not allowed":     {Task{Milli: 1000, Count: 1, Models: t4}, 0, 0},
+	} {
+		cpu := tc.cpu
+		if cpu == 0 {
+			cpu = 1 << 40
+		}
+		if got := st.Room(&tc.task, cpu, 1<<40); got != tc.want {
+			t.Errorf("%s: %d, want %d", name, got, tc.want)
+		}
+	}
+	wl, _ := NewWorkload([]Task{{Milli: 500, Count: 1, CPU: 4000, Weight: 1}, {Milli: 1000, Count: 2, CPU: 16000, Memory: 65536, Models: a100, Weight: 3}, {CPU: 1000, Weight: 5}})
+	var kinds []string
+	for _, task := range TopGPUTasks(wl, 8) {
+		kinds = append(kinds, TaskKind(task))
+	}
+	if want := []string{"2x1000m 16cpu 64Gi A100", "1x500m 4cpu"}; !slices.Equal(kinds, want) {
+		t.Errorf("kinds %q, want %q", kinds, want)
+	}
+}

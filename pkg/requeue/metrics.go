@@ -51,6 +51,34 @@ var (
 		Subsystem: "gpu_scheduler", Name: "capacity_milli", StabilityLevel: metrics.ALPHA,
 		Help: "Schedulable milli-GPU per node and GPU model.",
 	}, []string{"node", "model"})
+	fragMilli = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Subsystem: "gpu_scheduler", Name: "fragmentation_milli", StabilityLevel: metrics.ALPHA,
+		Help: "Idle milli-GPU of a node that the typical pods of the target workload could not use (expected, by their shares), per node and GPU model.",
+	}, []string{"node", "model"})
+	clusterIdle = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem: "gpu_scheduler", Name: "cluster_idle_milli", StabilityLevel: metrics.ALPHA,
+		Help: "Idle milli-GPU of the cluster's usable GPUs.",
+	})
+	clusterFrag = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem: "gpu_scheduler", Name: "cluster_fragmentation_milli", StabilityLevel: metrics.ALPHA,
+		Help: "Idle milli-GPU of the cluster that the typical pods of the target workload could not use.",
+	})
+	clusterFragRatio = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem: "gpu_scheduler", Name: "cluster_fragmentation_ratio", StabilityLevel: metrics.ALPHA,
+		Help: "cluster_fragmentation_milli / cluster_idle_milli (0 when nothing is idle).",
+	})
+	placeable = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Subsystem: "gpu_scheduler", Name: "placeable_pods", StabilityLevel: metrics.ALPHA,
+		Help: "How many more pods of a typical kind (the target workload's most common, at most 8) the nodes could take, each node alone.",
+	}, []string{"kind"})
+	taskShare = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Subsystem: "gpu_scheduler", Name: "target_workload_share_ratio", StabilityLevel: metrics.ALPHA,
+		Help: "The share of a typical kind of pod in the target workload fragmentation is measured against.",
+	}, []string{"kind"})
+	pendingByClass = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Subsystem: "gpu_scheduler", Name: "pending_gpu_pods", StabilityLevel: metrics.ALPHA,
+		Help: "Pending GPU pods by why they wait: fragmented (as much GPU idle on the models they allow as they ask, not where they fit), gpu_capacity (less idle than that), gpu_unsuitable (no GPU they could ever use), other (CPU, memory, taints, affinity, cordons), invalid_request; as of the last resync.",
+	}, []string{"reason"})
 	unhealthyGPUs = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Subsystem: "gpu_scheduler", Name: "unhealthy_gpus", StabilityLevel: metrics.ALPHA,
 		Help: "Installed GPUs that are not allocatable (capacity minus allocatable), per node and GPU model.",
@@ -62,6 +90,7 @@ var registerOnce sync.Once
 func registerMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(reconciles, activations, queueDepth, pendingPods, activationLatency,
-			reasonWrites, passSeconds, staleReservations, allocatedMilli, capacityMilli, unhealthyGPUs)
+			reasonWrites, passSeconds, staleReservations, allocatedMilli, capacityMilli, unhealthyGPUs,
+			fragMilli, clusterIdle, clusterFrag, clusterFragRatio, placeable, taskShare, pendingByClass)
 	})
 }

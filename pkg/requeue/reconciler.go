@@ -109,6 +109,8 @@ type Reconciler struct {
 	// what the reconciler re-checks (RecordRejection), by UID; an
 	// activation uses it up.
 	rejections sync.Map
+	// classes: pod UID to the class of its last pending verdict (pendingClass).
+	classes sync.Map
 	// activated is when the reconciler last activated each pod, by UID.
 	activated sync.Map
 }
@@ -483,6 +485,7 @@ func (r *Reconciler) reconcile(ctx context.Context, key string) error {
 	req, perr := gpu.ParseRequest(pod, r.reqOpts)
 	if perr != nil {
 		reconciles.WithLabelValues("explained").Inc()
+		r.classes.Store(pod.UID, pendingClass{key: key, class: ClassInvalid})
 		return r.explain(ctx, pod, ReasonInvalidRequest, perr.Error())
 	}
 	if !req.HasGPU() {
@@ -494,6 +497,7 @@ func (r *Reconciler) reconcile(ctx context.Context, key string) error {
 	may := r.mayActivate(pod)
 	vd := r.viewNow().checkShape(logger, pod, &req, r.gpu.Scoring(), r.gpu.Workload(), may)
 	if vd.fits != nil {
+		r.classes.Delete(pod.UID)
 		// Its GPUs are there: no GPU reason stands.
 		r.writes.Delete(key)
 		if _, has := PendingCondition(pod); has {
@@ -519,6 +523,7 @@ func (r *Reconciler) reconcile(ctx context.Context, key string) error {
 		return nil
 	}
 	reconciles.WithLabelValues("pending").Inc()
+	r.classes.Store(pod.UID, pendingClass{key: key, class: vd.class})
 	return r.explain(ctx, pod, ReasonUnschedulable, vd.message)
 }
 
@@ -691,15 +696,32 @@ func (r *Reconciler) sweepReservations(ctx context.Context) {
 	}
 }
 
-// exportAllocation publishes allocated and schedulable milli-GPU per node.
+type pendingClass struct{ key, class string }
+
+// exportAllocation publishes allocated and schedulable milli-GPU per node,
+// fragmentation against the target workload per node and cluster-wide, how
+// many more pods of each typical kind would fit, and the pending GPU pods by
+// class.
 func (r *Reconciler) exportAllocation() {
 	r.invalidate()
 	allocatedMilli.Reset()
 	capacityMilli.Reset()
 	unhealthyGPUs.Reset()
+	fragMilli.Reset()
+	placeable.Reset()
+	taskShare.Reset()
+	wl := r.gpu.Workload()
+	var tasks []gpu.Task
+	if wl != nil {
+		tasks = gpu.TopGPUTasks(wl, maxTaskSeries)
+	}
+	room := make([]int64, len(tasks))
+	var idle int64
+	var frag float64
 	for _, nv := range r.viewNow().nodes {
 		nv.mu.Lock()
 		st := nv.gpu
+		cpuFree, memFree := nv.cpuFree, nv.memFree>>20
 		nv.mu.Unlock()
 		if st.Unhealthy > 0 {
 			unhealthyGPUs.WithLabelValues(nv.node.Name, st.Model).Set(float64(st.Unhealthy))
@@ -711,6 +733,55 @@ func (r *Reconciler) exportAllocation() {
 		model := st.Model
 		allocatedMilli.WithLabelValues(nv.node.Name, model).Set(float64(usable*gpu.MilliPerGPU - st.Idle()))
 		capacityMilli.WithLabelValues(nv.node.Name, model).Set(float64(usable * gpu.MilliPerGPU))
+		idle += st.Idle()
+		if wl != nil {
+			f := gpu.FragAt(wl, st, cpuFree)
+			frag += f
+			fragMilli.WithLabelValues(nv.node.Name, model).Set(f)
+		}
+		for i := range tasks {
+			room[i] += st.Room(&tasks[i], cpuFree, memFree)
+		}
+	}
+	clusterIdle.Set(float64(idle))
+	clusterFrag.Set(frag)
+	ratio := 0.0
+	if idle > 0 {
+		ratio = frag / float64(idle)
+	}
+	clusterFragRatio.Set(ratio)
+	for i := range tasks {
+		k := gpu.TaskKind(tasks[i])
+		placeable.WithLabelValues(k).Set(float64(room[i]))
+		taskShare.WithLabelValues(k).Set(tasks[i].Weight)
+	}
+	r.exportPending()
+}
+
+// maxTaskSeries bounds the typical kinds of pod exported (their label).
+const maxTaskSeries = 8
+
+// exportPending counts the pending GPU pods by the class of their last
+// verdict, dropping those no longer pending.
+func (r *Reconciler) exportPending() {
+	counts := map[string]int{ClassFragmented: 0, ClassCapacity: 0, ClassUnsuitable: 0, ClassOther: 0, ClassInvalid: 0}
+	r.classes.Range(func(k, v any) bool {
+		pc := v.(pendingClass)
+		obj, exists, err := r.pods.GetIndexer().GetByKey(pc.key)
+		if err != nil || !exists {
+			r.classes.Delete(k)
+			return true
+		}
+		p := obj.(*v1.Pod)
+		if _, pending := r.pending(p); p.UID != k.(types.UID) || !pending {
+			r.classes.Delete(k)
+			return true
+		}
+		counts[pc.class]++
+		return true
+	})
+	for class, n := range counts {
+		pendingByClass.WithLabelValues(class).Set(float64(n))
 	}
 }
 

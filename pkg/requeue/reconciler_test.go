@@ -3,6 +3,7 @@ package requeue
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
+
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu/gputest"
 )
@@ -29,11 +33,12 @@ import (
 type state struct {
 	tracker *gpu.Tracker
 	pods    cache.Indexer
+	wl      *gpu.Workload
 }
 
 func (s *state) Tracker() *gpu.Tracker   { return s.tracker }
 func (s *state) Scoring() gpu.Scoring    { return gpu.DefaultScoring }
-func (s *state) Workload() *gpu.Workload { return nil }
+func (s *state) Workload() *gpu.Workload { return s.wl }
 func (s *state) PodsOnNode(n string) ([]*v1.Pod, bool) {
 	if _, ok := s.pods.GetIndexers()["node"]; ok {
 		objs, _ := s.pods.ByIndex("node", n)
@@ -238,16 +243,17 @@ func TestMessages(t *testing.T) {
 		want string
 		// delivery: shares need a node that delivers them (the default).
 		delivery bool
+		class    string
 	}{
 		"share where nothing delivers it": {[]runtime.Object{gpuNode("n1", 4, "T4"), gpuNode("n2", 4, "T4")},
 			pendingPod("p", map[string]string{gpu.AnnotationMilli: "500"}, 0),
-			"no device plugin that delivers GPU shares (HAMi's) on 2 nodes", true},
+			"no device plugin that delivers GPU shares (HAMi's) on 2 nodes", true, ClassUnsuitable},
 		"gpu uuid nowhere": {[]runtime.Object{gpuNode("n1", 4, "T4")},
 			pendingPod("p", map[string]string{gpu.AnnotationHAMiUseUUID: "GPU-x"}, 1),
-			"none of the GPUs the pod allows (nvidia.com/use-gpuuuid, nouse-gpuuuid) on 1 node", false},
+			"none of the GPUs the pod allows (nvidia.com/use-gpuuuid, nouse-gpuuuid) on 1 node", false, ClassUnsuitable},
 		"whole GPUs": {[]runtime.Object{gpuNode("n1", 4, "A100"), gpuNode("n2", 8, "A100"),
 			boundPod("a", "n1", "n1:0=1000"), boundPod("b", "n2", "n2:0=1000,1=1000,2=1000,3=1000,4=1000"), boundPod("b2", "n2", "n2:5=500")},
-			pendingPod("p", nil, 4), "needs 4 free GPUs on one node; no node of an allowed model has that many free", false},
+			pendingPod("p", nil, 4), "needs 4 free GPUs on one node; no node of an allowed model has that many free", false, ClassFragmented},
 		// Free GPUs, but on nodes the pod cannot use: every node is visited
 		// and the message counts each constraint.
 		"whole GPUs, counted per node": {[]runtime.Object{gpuNode("n1", 4, "A100"), func() *v1.Node {
@@ -255,13 +261,13 @@ func TestMessages(t *testing.T) {
 			n.Spec.Taints = []v1.Taint{{Key: "gpu", Effect: v1.TaintEffectNoSchedule}}
 			return n
 		}(), boundPod("a", "n1", "n1:0=1000")},
-			pendingPod("p", nil, 4), "needs 4 free GPUs on one node; untolerated taints on 1 node", false},
+			pendingPod("p", nil, 4), "needs 4 free GPUs on one node; untolerated taints on 1 node", false, ClassFragmented},
 		"model": {[]runtime.Object{gpuNode("n1", 4, "T4"), gpuNode("n2", 4, "T4"), gpuNode("n3", 4, "A100"),
 			boundPod("a", "n3", "n3:0=1000,1=1000,2=1000,3=1000")},
 			pendingPod("p", map[string]string{gpu.AnnotationModel: "A100"}, 1),
-			"needs 1 free GPU on one node; no node of an allowed model has that many free", false},
+			"needs 1 free GPU on one node; no node of an allowed model has that many free", false, ClassCapacity},
 		"invalid": {[]runtime.Object{gpuNode("n1", 4, "T4")}, pendingPod("p", map[string]string{gpu.AnnotationMilli: "lots"}, 0),
-			`invalid annotation gpu-scheduler.io/gpu-milli="lots"`, false},
+			`invalid annotation gpu-scheduler.io/gpu-milli="lots"`, false, ClassInvalid},
 		"cpu nodes and taints": {[]runtime.Object{func() *v1.Node {
 			n := gpuNode("cpu", 0, "")
 			delete(n.Status.Allocatable, gpu.ResourceNvidiaGPU)
@@ -272,7 +278,7 @@ func TestMessages(t *testing.T) {
 				n.Spec.Taints = []v1.Taint{{Key: "gpu", Effect: v1.TaintEffectNoSchedule}}
 				return n
 			}()},
-			pendingPod("p", nil, 1), "no GPU on 1 node; untolerated taints on 1 node", false},
+			pendingPod("p", nil, 1), "no GPU on 1 node; untolerated taints on 1 node", false, ClassOther},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -285,6 +291,9 @@ func TestMessages(t *testing.T) {
 			ps := e.patches()
 			if len(ps) != 1 || !strings.Contains(ps[0], strings.ReplaceAll(tc.want, `"`, `\"`)) {
 				t.Errorf("want %q, got %v", tc.want, ps)
+			}
+			if v, ok := e.r.classes.Load(tc.pod.UID); !ok || v.(pendingClass).class != tc.class {
+				t.Errorf("class %v, want %s", v, tc.class)
 			}
 		})
 	}
@@ -591,5 +600,49 @@ func TestShapesDoNotLeak(t *testing.T) {
 	}
 	if ps := e.patches(); len(ps) != 1 || !strings.Contains(ps[0], "untolerated taints on 1 node") {
 		t.Errorf("want p explained, got %v", ps)
+	}
+}
+
+// The resync publishes fragmentation against the target workload, what
+// more of each typical kind would fit, and the pending GPU pods by class.
+func TestExportsFragmentation(t *testing.T) {
+	e := newEnv(t)
+	wl, err := gpu.NewWorkload([]gpu.Task{{CPU: 1000, Milli: 500, Count: 1, Weight: 1}, {CPU: 1000, Milli: 1000, Count: 1, Weight: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.r.gpu.(*state).wl = wl
+	// Free: 400, 0, 1000, 1000.
+	e.add(t, gpuNode("n1", 4, "T4"), boundPod("a", "n1", "n1:0=600"), boundPod("b", "n1", "n1:1=1000"),
+		pendingPod("p", nil, 3), pendingPod("gone", nil, 1))
+	for _, n := range []string{"p", "gone"} {
+		if err := e.reconcile(t, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.pods.Delete(pendingPod("gone", nil, 1))
+	e.r.exportAllocation()
+	get := func(g interface{ Set(float64) }) float64 {
+		v, err := testutil.GetGaugeMetricValue(g.(metrics.GaugeMetric))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// Both kinds waste the 400 on device 0: F = 400, of 2,400 idle.
+	for name, c := range map[string]struct{ got, want float64 }{
+		"node":       {get(fragMilli.WithLabelValues("n1", "T4")), 400},
+		"cluster":    {get(clusterFrag), 400},
+		"idle":       {get(clusterIdle), 2400},
+		"ratio":      {get(clusterFragRatio), 400.0 / 2400},
+		"500m":       {get(placeable.WithLabelValues("1x500m 1cpu")), 4},
+		"1000m":      {get(placeable.WithLabelValues("1x1000m 1cpu")), 2},
+		"share":      {get(taskShare.WithLabelValues("1x500m 1cpu")), 0.5},
+		"fragmented": {get(pendingByClass.WithLabelValues(ClassFragmented)), 0},
+		"capacity":   {get(pendingByClass.WithLabelValues(ClassCapacity)), 1},
+	} {
+		if math.Abs(c.got-c.want) > 1e-9 {
+			t.Errorf("%s: %v, want %v", name, c.got, c.want)
+		}
 	}
 }

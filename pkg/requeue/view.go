@@ -56,6 +56,8 @@ type capacityGroup struct {
 	agent        bool
 	maxFullyFree int32
 	maxFree      int32
+	// idle is the group's idle milli-GPU, as built.
+	idle int64
 }
 
 func newView() *view { return &view{built: time.Now(), groups: map[string]*capacityGroup{}} }
@@ -67,6 +69,7 @@ func (v *view) add(nv *nodeView) {
 	if st.Count == 0 || st.Overcommitted {
 		return
 	}
+
 	key, agent := st.Model, st.Devices != nil
 	if agent {
 		key = "\x00agent"
@@ -77,6 +80,7 @@ func (v *view) add(nv *nodeView) {
 		v.groups[key] = g
 	}
 	g.maxFullyFree = max(g.maxFullyFree, st.FullyFree())
+	g.idle += st.Idle()
 	for i := int32(0); i < st.Count; i++ {
 		g.maxFree = max(g.maxFree, st.Free[i])
 	}
@@ -149,13 +153,54 @@ type verdict struct {
 	fits    *nodeView
 	choice  gpu.Choice
 	message string
+	// class is why it waits, for the pending-pods metric (Class*).
+	class string
+}
+
+// Classes of pending GPU pods (the reason label of
+// gpu_scheduler_pending_gpu_pods).
+const (
+	// ClassFragmented: the GPUs block it, and the cluster has as much idle
+	// GPU in total as it asks for: no one node has it in the right shape.
+	ClassFragmented = "fragmented"
+	// ClassCapacity: the GPUs block it and there is not that much idle GPU.
+	ClassCapacity = "gpu_capacity"
+	// ClassUnsuitable: no node has GPUs it could ever use (model,
+	// identity, memory, count, a device plugin that delivers shares).
+	ClassUnsuitable = "gpu_unsuitable"
+	// ClassOther: CPU, memory, taints, affinity or cordons block it.
+	ClassOther = "other"
+	// ClassInvalid: its GPU request is invalid.
+	ClassInvalid = "invalid_request"
+)
+
+// gpuClass tells fragmentation from a lack of GPU: whether the idle GPU of
+// the models the request allows would cover it, were it in one place.
+func (v *view) gpuClass(req *gpu.Request) string {
+	need := int64(req.Milli)
+	if req.Count > 0 {
+		need = int64(req.Count) * gpu.MilliPerGPU
+	}
+	if need == 0 {
+		need = 1 // a memory-sized share: any idle GPU could be it
+	}
+	var idle int64
+	for _, g := range v.groups {
+		if g.agent || req.Models.Empty() || req.Models.Matches(g.model, g.fold) {
+			idle += g.idle
+		}
+	}
+	if idle >= need {
+		return ClassFragmented
+	}
+	return ClassCapacity
 }
 
 // checkShape is check, once per pod shape and view for pods that fit
 // nowhere.
 func (v *view) checkShape(logger klog.Logger, pod *v1.Pod, req *gpu.Request, sc gpu.Scoring, wl *gpu.Workload, book bool) verdict {
 	if v.fitsNowhere(req) {
-		return verdict{message: gpuShortMessage(req, len(v.nodes))}
+		return verdict{message: gpuShortMessage(req, len(v.nodes)), class: v.gpuClass(req)}
 	}
 	key, ok := shapeKey(pod)
 	if ok {
@@ -214,7 +259,7 @@ func shapeKey(pod *v1.Pod) (string, bool) {
 // the node found takes the pod's share in the view.
 func (v *view) check(logger klog.Logger, pod *v1.Pod, req *gpu.Request, sc gpu.Scoring, wl *gpu.Workload, book bool) verdict {
 	if v.fitsNowhere(req) {
-		return verdict{message: gpuShortMessage(req, len(v.nodes))}
+		return verdict{message: gpuShortMessage(req, len(v.nodes)), class: v.gpuClass(req)}
 	}
 	cpu, mem := podRequests(pod)
 	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
@@ -286,7 +331,14 @@ func (v *view) check(logger klog.Logger, pod *v1.Pod, req *gpu.Request, sc gpu.S
 	if len(v.nodes) == 0 {
 		parts = append(parts, "no nodes")
 	}
-	return verdict{message: strings.Join(parts, "; ")}
+	class := ClassUnsuitable
+	switch {
+	case outcomes[gpu.NoDeviceWithShare]+outcomes[gpu.TooFewFreeDevices]+outcomes[gpu.Overcommitted] > 0:
+		class = v.gpuClass(req)
+	case cats[catResources]+cats[catAffinity]+cats[catTaint]+cats[catCordoned] > 0 || len(v.nodes) == 0:
+		class = ClassOther
+	}
+	return verdict{message: strings.Join(parts, "; "), class: class}
 }
 
 // numOutcomes bounds gpu.Outcome values counted by check.
