@@ -48,11 +48,15 @@ $(BIN)/kube-scheduler: go.mod go.sum
 $(BIN)/gpu-run: FORCE
 	$(GO) build -o $@ ./cmd/gpu-run
 
+# The kubectl plugin (kubectl gpu nodes|pending|frag): put bin/ on PATH.
+$(BIN)/kubectl-gpu: FORCE
+	$(GO) build -ldflags "$(LDFLAGS)" -o $@ ./cmd/kubectl-gpu
+
 # The same binary with the test-only fault switches (pkg/fault) compiled in.
 $(BIN)/gpu-scheduler-faultinject: FORCE
 	$(GO) build -tags faultinject -ldflags "$(LDFLAGS)" -o $@ ./cmd/gpu-scheduler
 
-binaries: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-scheduler $(BIN)/gpu-scheduler $(BIN)/gpu-scheduler-faultinject
+binaries: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-scheduler $(BIN)/gpu-scheduler $(BIN)/gpu-scheduler-faultinject $(BIN)/kubectl-gpu
 
 # The main job: a local control plane with a GPU fleet (or $$KUBECONFIG's
 # cluster), gpu-scheduler beside it, the examples, and a placement table.
@@ -73,7 +77,7 @@ unit:
 	$(GO) test -count=1 -race ./pkg/gpu/... ./pkg/plugins/... ./pkg/overcommit/... ./pkg/requeue/...
 
 # The scheduler in-process against a real kube-apiserver and etcd.
-integration: $(BIN)/etcd $(BIN)/kube-apiserver
+integration: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kubectl-gpu
 	$(GO) test -count=1 -timeout 20m ./test/integration/
 
 test: lint unit integration

@@ -34,6 +34,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/kubeapply"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/kubectlgpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/localcp"
 )
 
@@ -149,10 +150,38 @@ func run(ctx context.Context, bin, namespace string, keep bool, timeout time.Dur
 		return err
 	}
 	printTable(pods, nodes.Items)
+	if err := operatorViews(ctx, client); err != nil {
+		return err
+	}
 	if keep {
 		step("everything keeps running; Ctrl-C stops it")
 		<-ctx.Done()
 	}
+	return nil
+}
+
+// operatorViews prints what `kubectl gpu nodes` and `kubectl gpu frag`
+// print on this cluster (the same code).
+func operatorViews(ctx context.Context, client kubernetes.Interface) error {
+	o := &kubectlgpu.Options{Client: client, Out: os.Stdout, SchedulerName: gpu.SchedulerName}
+	step("kubectl gpu nodes: what each GPU holds, as the scheduler counts it")
+	nodes, err := o.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	if err := o.PrintNodes(nodes); err != nil {
+		return err
+	}
+	fmt.Println()
+	step("kubectl gpu frag: the idle GPU the typical pods could not use, and how many more would fit")
+	frag, err := o.Frag(ctx)
+	if err != nil {
+		return err
+	}
+	if err := o.PrintFrag(frag); err != nil {
+		return err
+	}
+	fmt.Println()
 	return nil
 }
 

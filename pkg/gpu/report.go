@@ -82,7 +82,8 @@ func TopGPUTasks(w *Workload, n int) []Task {
 // device, CPU, memory when counted, and the models it allows, for example
 // "1x500m 4cpu" or "2x1000m 16cpu 64Gi NVIDIA-A100-SXM4-80GB".
 func TaskKind(t Task) string {
-	s := fmt.Sprintf("%dx%dm %scpu", t.Count, t.Milli, strconv.FormatFloat(float64(t.CPU)/1000, 'f', -1, 64))
+	// A learned task's CPU is a mean: two decimals of a core.
+	s := fmt.Sprintf("%dx%dm %scpu", t.Count, t.Milli, strconv.FormatFloat(math.Round(float64(t.CPU)/10)/100, 'f', -1, 64))
 	if t.Memory > 0 {
 		if t.Memory%1024 == 0 {
 			s += fmt.Sprintf(" %dGi", t.Memory/1024)

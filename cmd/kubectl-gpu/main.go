@@ -1,0 +1,105 @@
+// Command kubectl-gpu is the `kubectl gpu` plugin: what each GPU holds
+// (nodes), which GPU pods wait and why (pending), and how fragmented the
+// idle GPU is against the workload that arrives (frag). Put it on PATH and
+// run `kubectl gpu ...`; it takes kubectl's kubeconfig flags.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/kubectlgpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/version"
+)
+
+func main() {
+	if err := newCommand().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func newCommand() *cobra.Command {
+	flags := genericclioptions.NewConfigFlags(true)
+	o := &kubectlgpu.Options{Out: os.Stdout}
+	var workload string
+	var all bool
+	root := &cobra.Command{
+		Use:          "kubectl-gpu",
+		Short:        "GPUs of the cluster as gpu-scheduler counts them",
+		Version:      version.Version,
+		SilenceUsage: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := flags.ToRESTConfig()
+			if err != nil {
+				return err
+			}
+			if o.Client, err = kubernetes.NewForConfig(cfg); err != nil {
+				return err
+			}
+			if !all && flags.Namespace != nil && *flags.Namespace != "" {
+				o.Namespace = *flags.Namespace
+			}
+			if workload != "" {
+				if o.Workload, err = kubectlgpu.ReadWorkload(workload); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	flags.AddFlags(root.PersistentFlags())
+	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "", "output format: json or yaml (default: a table)")
+	root.PersistentFlags().StringVarP(&o.Selector, "selector", "l", "", "only the nodes with these labels")
+	root.PersistentFlags().BoolVarP(&all, "all-namespaces", "A", false, "pods of every namespace (the default unless -n is given)")
+	run := func(f func(context.Context) error) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, _ []string) error { return f(cmd.Context()) }
+	}
+	root.AddCommand(&cobra.Command{
+		Use:   "nodes",
+		Short: "Per node and GPU: model, UUID, what is allocated (a bar), the pods on it, health; totals",
+		Args:  cobra.NoArgs,
+		RunE: run(func(ctx context.Context) error {
+			r, err := o.Nodes(ctx)
+			if err != nil {
+				return err
+			}
+			return o.PrintNodes(r)
+		}),
+	})
+	pending := &cobra.Command{
+		Use:   "pending",
+		Short: "GPU pods that wait, with their request and the scheduler's explanation",
+		Args:  cobra.NoArgs,
+		RunE: run(func(ctx context.Context) error {
+			ps, err := o.Pending(ctx)
+			if err != nil {
+				return err
+			}
+			return o.PrintPending(ps)
+		}),
+	}
+	pending.Flags().StringVar(&o.SchedulerName, "scheduler-name", gpu.SchedulerName, "the scheduler whose pods are listed")
+	root.AddCommand(pending)
+	frag := &cobra.Command{
+		Use:   "frag",
+		Short: "Per node and cluster-wide: idle GPU, the part of it no typical pod can use, how many more of each typical pod would fit",
+		Args:  cobra.NoArgs,
+		RunE: run(func(ctx context.Context) error {
+			r, err := o.Frag(ctx)
+			if err != nil {
+				return err
+			}
+			return o.PrintFrag(r)
+		}),
+	}
+	frag.Flags().StringVar(&workload, "workload", "", "a YAML list of tasks (cpuMilli, memoryMiB, gpuMilli, gpuCount, models, weight) to measure against; default: learned from the cluster's GPU pods")
+	root.AddCommand(frag)
+	root.SetVersionTemplate(fmt.Sprintf("kubectl-gpu %s\n", version.Version))
+	return root
+}

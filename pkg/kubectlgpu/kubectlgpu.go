@@ -1,0 +1,327 @@
+// Package kubectlgpu is `kubectl gpu`: what the GPUs of a cluster hold, which
+// GPU pods wait and why, and how fragmented the idle GPU is. It reads the
+// cluster with the scheduler's own accounting (pkg/gpu), so what it shows is
+// what the scheduler counts: every pod on a node, whoever placed it.
+package kubectlgpu
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/bits"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+)
+
+// Options are what every command reads.
+type Options struct {
+	Client kubernetes.Interface
+	Out    io.Writer
+	// Output is "" (a table), "json" or "yaml".
+	Output string
+	// SchedulerName selects the pending pods.
+	SchedulerName string
+	// Selector (a label selector) limits the nodes; Namespace ("" for all)
+	// the pending pods and the pods a workload is learned from.
+	Selector, Namespace string
+	// Workload is the target workload of `frag`; nil learns it from the
+	// GPU pods in the cluster, as the scheduler learns it from the pods it
+	// sees.
+	Workload *gpu.Workload
+}
+
+func (o *Options) nodeOptions() gpu.NodeOptions {
+	opts := gpu.DefaultNodeOptions
+	opts.ResourceNames = append([]v1.ResourceName{}, opts.ResourceNames...)
+	opts.Agent = hami.Agent{ProductLabel: opts.ProductLabel}
+	return opts
+}
+
+// cluster is the nodes and the pods on each.
+type cluster struct {
+	nodes  []v1.Node
+	onNode map[string][]*v1.Pod
+	all    []v1.Pod
+}
+
+func (o *Options) read(ctx context.Context) (*cluster, error) {
+	nodes, err := o.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: o.Selector})
+	if err != nil {
+		return nil, err
+	}
+	pods, err := o.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{nodes: nodes.Items, onNode: map[string][]*v1.Pod{}}
+	sort.Slice(c.nodes, func(i, j int) bool { return c.nodes[i].Name < c.nodes[j].Name })
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Spec.NodeName != "" && p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {
+			c.onNode[p.Spec.NodeName] = append(c.onNode[p.Spec.NodeName], p)
+		}
+		if o.Namespace == "" || p.Namespace == o.Namespace {
+			c.all = append(c.all, *p)
+		}
+	}
+	return c, nil
+}
+
+// Device is one GPU of a node.
+type Device struct {
+	Index int    `json:"index"`
+	UUID  string `json:"uuid,omitempty"`
+	Model string `json:"model,omitempty"`
+	// AllocatedMilli is what the pods on it hold, in milli-GPU.
+	AllocatedMilli int32 `json:"allocatedMilli"`
+	// MemoryMiB and Cores are the agent's dimensions, where it reports them.
+	MemoryMiB     int64    `json:"memoryMiB,omitempty"`
+	Healthy       bool     `json:"healthy"`
+	Pods          []string `json:"pods,omitempty"`
+}
+
+// Node is one GPU node.
+type Node struct {
+	Name  string `json:"name"`
+	Model string `json:"model,omitempty"`
+	// Agent names the node agent that delivers shares there ("" for none).
+	Agent          string   `json:"agent,omitempty"`
+	Unhealthy      int64    `json:"unhealthyGPUs,omitempty"`
+	Overcommitted  bool     `json:"overcommitted,omitempty"`
+	CapacityMilli  int64    `json:"capacityMilli"`
+	AllocatedMilli int64    `json:"allocatedMilli"`
+	Devices        []Device `json:"devices"`
+}
+
+// NodesReport is `kubectl gpu nodes`.
+type NodesReport struct {
+	Nodes          []Node `json:"nodes"`
+	CapacityMilli  int64  `json:"capacityMilli"`
+	AllocatedMilli int64  `json:"allocatedMilli"`
+}
+
+// Nodes reports every GPU node, device by device.
+func (o *Options) Nodes(ctx context.Context) (*NodesReport, error) {
+	c, err := o.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tr := gpu.NewTracker(o.nodeOptions())
+	r := &NodesReport{Nodes: []Node{}}
+	for i := range c.nodes {
+		n := &c.nodes[i]
+		hs, st := tr.Explain(n, c.onNode[n.Name])
+		if st.Count == 0 {
+			continue
+		}
+		nr := Node{Name: n.Name, Model: st.Model, Agent: st.Agent, Unhealthy: int64(st.Unhealthy), Overcommitted: st.Overcommitted}
+		for d := 0; d < int(st.Count); d++ {
+			dev := Device{Index: d, Model: st.Model, Healthy: true, AllocatedMilli: gpu.MilliPerGPU - st.Free[d]}
+			if st.Devices != nil {
+				inv := st.Devices[d]
+				dev.UUID, dev.Model, dev.Healthy, dev.MemoryMiB = inv.UUID, inv.Model, inv.Healthy && !inv.Cordoned, inv.MemoryMiB
+			}
+			for _, h := range hs {
+				if h.Mask&(1<<uint(d)) != 0 {
+					per := h.Milli
+					if h.Devices > 1 || bits.OnesCount64(h.Mask) > 1 {
+						per = gpu.MilliPerGPU
+					}
+					dev.Pods = append(dev.Pods, fmt.Sprintf("%s/%s:%dm", h.Namespace, h.Name, per))
+				}
+			}
+			nr.Devices = append(nr.Devices, dev)
+			if dev.Healthy {
+				nr.CapacityMilli += gpu.MilliPerGPU
+				nr.AllocatedMilli += int64(dev.AllocatedMilli)
+			}
+		}
+		r.Nodes = append(r.Nodes, nr)
+		r.CapacityMilli += nr.CapacityMilli
+		r.AllocatedMilli += nr.AllocatedMilli
+	}
+	return r, nil
+}
+
+// bar draws milli-GPU out of 1000 in ten cells.
+func bar(milli int32) string {
+	n := int((milli + 50) / 100)
+	n = min(max(n, 0), 10)
+	if milli > 0 && n == 0 {
+		n = 1
+	}
+	return "[" + strings.Repeat("#", n) + strings.Repeat(".", 10-n) + "]"
+}
+
+// PrintNodes writes the report.
+func (o *Options) PrintNodes(r *NodesReport) error {
+	if o.Output != "" {
+		return o.encode(r)
+	}
+	w := tabwriter.NewWriter(o.Out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "NODE\tGPU\tMODEL\tUUID\tUSED\t\tPODS")
+	for _, n := range r.Nodes {
+		for _, d := range n.Devices {
+			uuid := d.UUID
+			if uuid == "" {
+				uuid = "-"
+			}
+			state := fmt.Sprintf("%4dm", d.AllocatedMilli)
+			if !d.Healthy {
+				state += " unhealthy"
+			}
+			pods := strings.Join(d.Pods, ",")
+			if pods == "" {
+				pods = "-"
+			}
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", n.Name, d.Index, d.Model, uuid, bar(d.AllocatedMilli), state, pods)
+		}
+		note := ""
+		if n.Unhealthy > 0 {
+			note += fmt.Sprintf(", %d GPU(s) not allocatable", n.Unhealthy)
+		}
+		if n.Overcommitted {
+			note += ", OVERCOMMITTED: the pods bound there hold more than its GPUs have"
+		}
+		if n.Agent != "" {
+			note += ", shares delivered by " + n.Agent
+		}
+		fmt.Fprintf(w, "%s\ttotal\t\t\t\t%dm\t%d of %dm (%s)%s\n", n.Name, n.AllocatedMilli, n.AllocatedMilli, n.CapacityMilli,
+			percent(n.AllocatedMilli, n.CapacityMilli), note)
+	}
+	fmt.Fprintf(w, "CLUSTER\t\t\t\t\t%dm\t%d of %dm (%s)\n", r.AllocatedMilli, r.AllocatedMilli, r.CapacityMilli, percent(r.AllocatedMilli, r.CapacityMilli))
+	return w.Flush()
+}
+
+func percent(a, b int64) string {
+	if b == 0 {
+		return "0%"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(a)/float64(b))
+}
+
+// PendingPod is a GPU pod that waits.
+type PendingPod struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Request   string `json:"request"`
+	// Reason is the scheduler's explanation: its pending-reason condition,
+	// else the PodScheduled message.
+	Reason string `json:"reason"`
+}
+
+// Pending lists the scheduler's GPU pods that are not bound.
+func (o *Options) Pending(ctx context.Context) ([]PendingPod, error) {
+	c, err := o.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ropts := gpu.RequestOptions{ResourceNames: o.nodeOptions().ResourceNames, Agent: o.nodeOptions().Agent}
+	out := []PendingPod{}
+	for i := range c.all {
+		p := &c.all[i]
+		if p.Spec.NodeName != "" || p.Spec.SchedulerName != o.SchedulerName || p.DeletionTimestamp != nil ||
+			p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed || !gpu.UsesGPU(p, ropts) {
+			continue
+		}
+		pp := PendingPod{Namespace: p.Namespace, Name: p.Name, Request: Describe(p, ropts)}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == gpu.ConditionPending && cond.Status == v1.ConditionTrue {
+				pp.Reason = cond.Message
+			}
+		}
+		if pp.Reason == "" {
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == v1.PodScheduled && cond.Status == v1.ConditionFalse {
+					pp.Reason = cond.Message
+				}
+			}
+		}
+		if pp.Reason == "" {
+			pp.Reason = "not tried yet"
+		}
+		out = append(out, pp)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out, nil
+}
+
+// PrintPending writes the pending pods.
+func (o *Options) PrintPending(ps []PendingPod) error {
+	if o.Output != "" {
+		return o.encode(ps)
+	}
+	w := tabwriter.NewWriter(o.Out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "NAMESPACE\tPOD\tREQUEST\tWHY")
+	for _, p := range ps {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", p.Namespace, p.Name, p.Request, p.Reason)
+	}
+	return w.Flush()
+}
+
+// Describe is a pod's GPU request in words.
+func Describe(p *v1.Pod, opts gpu.RequestOptions) string {
+	r, err := gpu.ParseRequest(p, opts)
+	if err != nil {
+		return "invalid"
+	}
+	var s string
+	switch {
+	case r.Count > 0:
+		s = fmt.Sprintf("%d GPU", r.Count)
+	case r.Milli > 0:
+		s = fmt.Sprintf("%dm GPU", r.Milli)
+	case r.MemoryMiB > 0:
+		s = fmt.Sprintf("%dMiB GPU", r.MemoryMiB)
+	case r.ShareCount > 0:
+		s = fmt.Sprintf("%d x (%dMiB, %d%% SM) GPU", r.ShareCount, r.Share.MemoryMiB, r.Share.Cores)
+		if r.Share.MemoryMiB == 0 {
+			s = fmt.Sprintf("%d x (%d%%, %d%% SM) GPU", r.ShareCount, r.Share.Permille/10, r.Share.Cores)
+		}
+	default:
+		s = "CPU only"
+	}
+	if r.Slot {
+		s += " (1 slot)"
+	}
+	if !r.Models.Empty() {
+		s += " " + r.Models.String()
+	}
+	if g := p.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {
+		s += " [gang " + *g.PodGroupName + "]"
+	}
+	return s
+}
+
+func (o *Options) encode(v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	switch o.Output {
+	case "json":
+		_, err = o.Out.Write(append(b, '\n'))
+	case "yaml":
+		if b, err = yaml.JSONToYAML(b); err == nil {
+			_, err = o.Out.Write(b)
+		}
+	default:
+		err = fmt.Errorf("unknown output format %q (json or yaml)", o.Output)
+	}
+	return err
+}
