@@ -85,9 +85,9 @@ type Device struct {
 	// AllocatedMilli is what the pods on it hold, in milli-GPU.
 	AllocatedMilli int32 `json:"allocatedMilli"`
 	// MemoryMiB and Cores are the agent's dimensions, where it reports them.
-	MemoryMiB     int64    `json:"memoryMiB,omitempty"`
-	Healthy       bool     `json:"healthy"`
-	Pods          []string `json:"pods,omitempty"`
+	MemoryMiB int64    `json:"memoryMiB,omitempty"`
+	Healthy   bool     `json:"healthy"`
+	Pods      []string `json:"pods,omitempty"`
 }
 
 // Node is one GPU node.
