@@ -66,9 +66,15 @@ run: binaries $(BIN)/gpu-run
 manifests:
 	$(GO) run ./hack/genmanifests
 
-lint:
+lint: $(BIN)/promrules
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(BIN)/promrules -rules manifests/monitoring/alerts.yaml -dashboard manifests/monitoring/dashboard.json
+
+# Prometheus' rule checker (promtool's code), from its Go module in a module
+# of its own (hack/tools): its dependencies stay out of the main module.
+$(BIN)/promrules: hack/tools/go.mod hack/tools/go.sum hack/tools/promrules/main.go
+	cd hack/tools && $(GO) build -o $@ ./promrules
 
 # Unit tests (the fuzz seed corpora run as ordinary tests), with the race
 # detector on the packages that share state between goroutines.

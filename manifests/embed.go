@@ -5,9 +5,13 @@ package manifests
 
 import (
 	"embed"
+	"encoding/json"
 	"io/fs"
+	"regexp"
 	"sort"
 	"strings"
+
+	"sigs.k8s.io/yaml"
 )
 
 // SchedulerConfig is config/scheduler-config.yaml.
@@ -29,6 +33,16 @@ var ConfigMap []byte
 
 //go:embed deployment.yaml
 var Deployment []byte
+
+// Alerts are monitoring/alerts.yaml, Prometheus alert rules.
+//
+//go:embed monitoring/alerts.yaml
+var Alerts []byte
+
+// Dashboard is monitoring/dashboard.json, a Grafana dashboard.
+//
+//go:embed monitoring/dashboard.json
+var Dashboard []byte
 
 //go:embed examples/*.yaml
 var examples embed.FS
@@ -68,4 +82,68 @@ func RenderConfigMap() []byte {
 		b.WriteString("    " + line + "\n")
 	}
 	return []byte(b.String())
+}
+
+// metricName matches the metrics our monitoring reads: ours, the
+// scheduler's own, and leader election's.
+var metricName = regexp.MustCompile(`\b(gpu_scheduler_[a-z_]+|scheduler_[a-z_]+|leader_election_[a-z_]+)\b`)
+
+// MonitoringExprs returns every PromQL expression of the dashboard and the
+// alert rules, by where it is.
+func MonitoringExprs() (map[string]string, error) {
+	out := map[string]string{}
+	var d struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				RefID string `json:"refId"`
+				Expr  string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(Dashboard, &d); err != nil {
+		return nil, err
+	}
+	for _, p := range d.Panels {
+		for _, t := range p.Targets {
+			out["dashboard: "+p.Title+" "+t.RefID] = t.Expr
+		}
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string `json:"alert"`
+				Expr  string `json:"expr"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := yaml.Unmarshal(Alerts, &rules); err != nil {
+		return nil, err
+	}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			out["alert: "+r.Alert] = r.Expr
+		}
+	}
+	return out, nil
+}
+
+// MonitoringMetrics returns the metric names the dashboard and the alert
+// rules use (histogram series named by their base name), each with a place
+// that uses it.
+func MonitoringMetrics() (map[string]string, error) {
+	exprs, err := MonitoringExprs()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for where, e := range exprs {
+		for _, m := range metricName.FindAllString(e, -1) {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				m = strings.TrimSuffix(m, suffix)
+			}
+			out[m] = where
+		}
+	}
+	return out, nil
 }

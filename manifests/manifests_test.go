@@ -57,3 +57,19 @@ func TestAdmissionPolicyRequestKeys(t *testing.T) {
 		}
 	}
 }
+
+// The dashboard and the rules read, and name no metric twice under two
+// spellings.
+func TestMonitoringParses(t *testing.T) {
+	ms, err := MonitoringMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"gpu_scheduler_cluster_fragmentation_ratio", "gpu_scheduler_pending_gpu_pods",
+		"gpu_scheduler_overcommitted_nodes", "leader_election_master_status", "gpu_scheduler_hami_handshake_failures_total",
+		"scheduler_scheduling_attempt_duration_seconds", "scheduler_schedule_attempts_total"} {
+		if _, ok := ms[want]; !ok {
+			t.Errorf("monitoring does not use %s", want)
+		}
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"k8s.io/component-base/cli"
 	_ "k8s.io/component-base/logs/json/register" // JSON log format
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	// leader_election_master_status: the alert that no replica leads.
+	_ "k8s.io/component-base/metrics/prometheus/clientgo/leaderelection"
 	_ "k8s.io/component-base/metrics/prometheus/version"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/pkg/features"

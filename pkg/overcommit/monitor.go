@@ -105,6 +105,11 @@ func New(src Source, pods, nodes cache.SharedIndexInformer, recorder events.Even
 	reqOpts gpu.RequestOptions, resync, handshakeTimeout time.Duration) (*Monitor, error) {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(overcommittedNodes, overcommitted, refusedNodes, reservations, handshakeFailures)
+		// Both series from the start: an alert on their increase needs
+		// them before the first failure.
+		for _, reason := range []string{"failed", "expired"} {
+			handshakeFailures.WithLabelValues(reason)
+		}
 	})
 	m := &Monitor{src: src, nodes: nodes, recorder: recorder, active: active, reqOpts: reqOpts, resync: resync, grace: Grace,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
