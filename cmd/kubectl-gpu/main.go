@@ -100,6 +100,35 @@ func newCommand() *cobra.Command {
 	}
 	frag.Flags().StringVar(&workload, "workload", "", "a YAML list of tasks (cpuMilli, memoryMiB, gpuMilli, gpuCount, models, weight) to measure against; default: learned from the cluster's GPU pods")
 	root.AddCommand(frag)
+	var podsFile, configFile string
+	var wopts kubectlgpu.WhatIfOptions
+	whatif := &cobra.Command{
+		Use:   "whatif -f pods.yaml",
+		Short: "Where the given pods would go on the cluster as it is now, through the scheduler's framework profile; nothing is written",
+		Args:  cobra.NoArgs,
+		RunE: run(func(ctx context.Context) error {
+			var err error
+			if wopts.Pods, err = os.ReadFile(podsFile); err != nil {
+				return err
+			}
+			if configFile != "" {
+				if wopts.Config, err = os.ReadFile(configFile); err != nil {
+					return err
+				}
+			}
+			ps, from, err := o.WhatIf(ctx, wopts)
+			if err != nil {
+				return err
+			}
+			return o.PrintWhatIf(ps, from)
+		}),
+	}
+	whatif.Flags().StringVarP(&podsFile, "filename", "f", "", "the pods to place, in order (YAML, several documents)")
+	whatif.Flags().StringVar(&configFile, "config", "", "a KubeSchedulerConfiguration (default: the deployed one, kube-system/gpu-scheduler-config, else the shipped one)")
+	whatif.Flags().StringVar(&wopts.Policy, "policy", "", "GPUScore's policy instead of the configured one: Fragmentation, BestFit, Packing or Spread")
+	whatif.Flags().StringVar(&o.SchedulerName, "scheduler-name", gpu.SchedulerName, "the profile that places them")
+	_ = whatif.MarkFlagRequired("filename")
+	root.AddCommand(whatif)
 	root.SetVersionTemplate(fmt.Sprintf("kubectl-gpu %s\n", version.Version))
 	return root
 }

@@ -338,6 +338,10 @@ func (pl *GPUFit) trackPending(obj interface{}) {
 	tr.SetPending(p, node, since.Add(time.Duration(pl.args.HAMi.NodeLockExpirySeconds)*time.Second))
 }
 
+// TrackerOf is the device accounting of a framework whose profile runs
+// GPUFit (tools that drive a framework, as kubectl gpu whatif does).
+func TrackerOf(h fwk.Handle) *gpu.Tracker { return shared.For(h).Tracker() }
+
 // Shared exposes the profile's GPU state to the requeue reconciler.
 func (pl *GPUFit) Shared() *shared.Shared { return pl.shared }
 

@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/simulator"
+	"github.com/gpu-scheduler/gpu-scheduler/test/harness"
+)
+
+// kubectl gpu whatif places pods as the scheduler then does: the same
+// nodes and devices for each, the same pods left pending. A gpu-scheduler
+// of its own (default profile, learned fragmentation scoring) schedules the
+// pods one by one after the what-if, from the same starting cluster.
+func TestWhatIfMatchesScheduling(t *testing.T) {
+	if !cluster.Local() {
+		t.Skip("needs the local control plane")
+	}
+	bin := filepath.Join(harness.BinDir(), "kubectl-gpu")
+	profile := "gpu-scheduler-whatif"
+	sched, err := harness.StartProfile(context.Background(), cluster, filepath.Join(harness.BinDir(), "gpu-scheduler"), profile, nil, harness.AccountingOnlySharing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sched.Stop(5 * time.Second)
+	s := cluster.NewScope(t)
+	s.AddNodes(fleet.Node{Name: "a", CPU: "32", Memory: "128Gi", GPUs: 4, Model: "Tesla-T4", MemoryMiB: 15360},
+		fleet.Node{Name: "b", CPU: "32", Memory: "128Gi", GPUs: 2, Model: "Tesla-T4", MemoryMiB: 15360},
+		fleet.Node{Name: "c", CPU: "16", Memory: "64Gi", GPUs: 2, Model: "NVIDIA-L4", MemoryMiB: 23034})
+	// A cluster that is not empty.
+	for _, spec := range []harness.PodSpec{{Name: "old-1", Milli: 400}, {Name: "old-2", GPUs: 1}} {
+		spec.Scheduler = profile
+		s.Create(s.Pod(spec))
+		s.WaitBound(bindTimeout, spec.Name)
+	}
+	specs := []harness.PodSpec{
+		{Name: "s300", Milli: 300}, {Name: "w1", GPUs: 1}, {Name: "s600", Milli: 600}, {Name: "w2", GPUs: 2},
+		{Name: "s500", Milli: 500}, {Name: "l4", GPUs: 1, Model: "NVIDIA-L4"}, {Name: "too-big", GPUs: 3},
+		{Name: "s250", Milli: 250}, {Name: "s700", Milli: 700},
+	}
+	var docs []string
+	for _, spec := range specs {
+		spec.Scheduler = profile
+		p := s.Pod(spec)
+		p.APIVersion, p.Kind = "v1", "Pod"
+		b, err := yaml.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, string(b))
+	}
+	podsFile := filepath.Join(t.TempDir(), "pods.yaml")
+	if err := os.WriteFile(podsFile, []byte(strings.Join(docs, "---\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "whatif", "--kubeconfig", cluster.Kubeconfig, "-l", harness.LabelScope+"="+s.ID,
+		"-f", podsFile, "--config", sched.ConfigPath, "--scheduler-name", profile, "-o", "json")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl gpu whatif: %v\n%s", err, lastLines(errb.String(), 15))
+	}
+	var predicted []simulator.WhatIfPlacement
+	if err := json.Unmarshal(out.Bytes(), &predicted); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if len(predicted) != len(specs) {
+		t.Fatalf("whatif placed %d pods, want %d", len(predicted), len(specs))
+	}
+	// Now for real, in the same order.
+	for i, spec := range specs {
+		spec.Scheduler = profile
+		s.Create(s.Pod(spec))
+		var got, why string
+		err := wait.PollUntilContextTimeout(s.Ctx, 100*time.Millisecond, bindTimeout, true, func(context.Context) (bool, error) {
+			p := s.GetOrNil(spec.Name)
+			if p == nil {
+				return false, nil
+			}
+			if p.Spec.NodeName != "" {
+				got = p.Annotations[gpu.AnnotationAssignment]
+				return got != "", nil
+			}
+			why = harness.Unschedulable(p)
+			return why != "", nil
+		})
+		if err != nil {
+			t.Fatalf("%s: neither bound nor unschedulable", spec.Name)
+		}
+		want := predicted[i]
+		switch {
+		case want.Node == "" && got != "":
+			t.Errorf("%s: whatif left it pending (%s), the scheduler placed it on %s", spec.Name, want.Reason, got)
+		case want.Node != "" && got != want.Devices:
+			t.Errorf("%s: whatif placed it on %s, the scheduler on %q (%s)", spec.Name, want.Devices, got, why)
+		default:
+			t.Logf("%s: %s%s", spec.Name, got, map[bool]string{true: fmt.Sprintf("pending: %s", want.Reason)}[got == ""])
+		}
+	}
+	checkDevices(t)
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
