@@ -349,7 +349,7 @@ func printTable(pods []v1.Pod, nodes []v1.Node) {
 		} else if msg := unschedulable(p); msg != "" {
 			status = "Pending: " + msg
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, describe(p), node, model, devices, delivered(p), status)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, kubectlgpu.Describe(p, gpu.RequestOptions{ResourceNames: []v1.ResourceName{gpu.ResourceNvidiaGPU}, Agent: hami.Agent{}}), node, model, devices, delivered(p), status)
 	}
 	w.Flush()
 	fmt.Println()
@@ -377,37 +377,4 @@ func delivered(p *v1.Pod) string {
 		}
 	}
 	return strings.Join(parts, ", ") + " [" + p.Annotations[hami.AnnotationBindPhase] + "]"
-}
-
-func describe(p *v1.Pod) string {
-	r, err := gpu.ParseRequest(p, gpu.RequestOptions{ResourceNames: []v1.ResourceName{gpu.ResourceNvidiaGPU}, Agent: hami.Agent{}})
-	if err != nil {
-		return "invalid"
-	}
-	var s string
-	switch {
-	case r.Count > 0:
-		s = fmt.Sprintf("%d GPU", r.Count)
-	case r.Milli > 0:
-		s = fmt.Sprintf("%dm GPU", r.Milli)
-	case r.MemoryMiB > 0:
-		s = fmt.Sprintf("%dMiB GPU", r.MemoryMiB)
-	case r.ShareCount > 0:
-		s = fmt.Sprintf("%d x (%dMiB, %d%% SM) GPU", r.ShareCount, r.Share.MemoryMiB, r.Share.Cores)
-		if r.Share.MemoryMiB == 0 {
-			s = fmt.Sprintf("%d x (%d%%, %d%% SM) GPU", r.ShareCount, r.Share.Permille/10, r.Share.Cores)
-		}
-	default:
-		s = "CPU only"
-	}
-	if r.Slot {
-		s += " (1 slot)"
-	}
-	if g := p.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {
-		s += " [gang " + *g.PodGroupName + "]"
-	}
-	if !r.Models.Empty() {
-		s += " " + r.Models.String()
-	}
-	return s
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/component-helpers/resource"
 	"sigs.k8s.io/yaml"
 
+	configv1 "github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
 
@@ -164,16 +165,6 @@ func ratio(f float64, idle int64) string {
 	return fmt.Sprintf("%.0f%%", 100*f/float64(idle))
 }
 
-// WorkloadTask is a task of a workload file (the GPUScore args' targetWorkload.tasks).
-type WorkloadTask struct {
-	CPUMilli  int64    `json:"cpuMilli"`
-	MemoryMiB int64    `json:"memoryMiB,omitempty"`
-	GPUMilli  int32    `json:"gpuMilli"`
-	GPUCount  int32    `json:"gpuCount"`
-	Models    []string `json:"models,omitempty"`
-	Weight    int64    `json:"weight"`
-}
-
 // ReadWorkload reads a workload file: a YAML list of tasks, as in
 // GPUScoreArgs.targetWorkload.tasks.
 func ReadWorkload(path string) (*gpu.Workload, error) {
@@ -181,7 +172,7 @@ func ReadWorkload(path string) (*gpu.Workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	var tasks []WorkloadTask
+	var tasks []configv1.WorkloadTask
 	if err := yaml.UnmarshalStrict(b, &tasks); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
