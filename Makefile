@@ -63,8 +63,19 @@ binaries: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-scheduler $(BIN)/gpu-sch
 run: binaries $(BIN)/gpu-run
 	$(BIN)/gpu-run --bin $(BIN) $(RUN_ARGS)
 
-manifests:
+# The files made from the canonical ones: configmap.yaml, the chart's
+# files/, and deployment.yaml rendered from the chart.
+manifests: $(BIN)/helm
 	$(GO) run ./hack/genmanifests
+	$(BIN)/helm template gpu-scheduler manifests/charts/gpu-scheduler --namespace kube-system --kube-version 1.37.2 \
+	  --show-only templates/deployment.yaml > manifests/deployment.yaml.tmp
+	{ echo "# Generated from charts/gpu-scheduler (default values) by make manifests. Do not edit."; \
+	  sed -e '/^---$$/d' -e '/^# Source:/d' manifests/deployment.yaml.tmp; } > manifests/deployment.yaml
+	rm manifests/deployment.yaml.tmp
+
+# Helm, from its Go module (hack/tools), for the chart's tests and make manifests.
+$(BIN)/helm: hack/tools/go.mod hack/tools/go.sum
+	cd hack/tools && $(GO) build -o $@ helm.sh/helm/v3/cmd/helm
 
 lint: $(BIN)/promrules
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -83,7 +94,7 @@ unit:
 	$(GO) test -count=1 -race ./pkg/gpu/... ./pkg/plugins/... ./pkg/overcommit/... ./pkg/requeue/...
 
 # The scheduler in-process against a real kube-apiserver and etcd.
-integration: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kubectl-gpu
+integration: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kubectl-gpu $(BIN)/helm
 	$(GO) test -count=1 -timeout 20m ./test/integration/
 
 test: lint unit integration

@@ -84,6 +84,24 @@ func RenderConfigMap() []byte {
 	return []byte(b.String())
 }
 
+// ChartFiles are the files the Helm chart's templates read
+// (charts/gpu-scheduler/files), by name: copies of the canonical ones.
+func ChartFiles() map[string][]byte {
+	return map[string][]byte{
+		"scheduler-config.yaml": SchedulerConfig,
+		"rbac.yaml":             RBAC,
+		"admission-policy.yaml": AdmissionPolicy,
+		"alerts.yaml":           Alerts,
+		"dashboard.json":        Dashboard,
+	}
+}
+
+//go:embed charts/gpu-scheduler/files
+var chartFiles embed.FS
+
+// ChartFile is a file of the chart's files/ as committed.
+func ChartFile(name string) ([]byte, error) { return chartFiles.ReadFile("charts/gpu-scheduler/files/" + name) }
+
 // metricName matches the metrics our monitoring reads: ours, the
 // scheduler's own, and leader election's.
 var metricName = regexp.MustCompile(`\b(gpu_scheduler_[a-z_]+|scheduler_[a-z_]+|leader_election_[a-z_]+)\b`)

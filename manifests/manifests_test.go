@@ -20,13 +20,21 @@ func TestExamples(t *testing.T) {
 	}
 }
 
-// The Deployment runs the image of this version, never a moving tag.
+// The Deployment runs the image of this version, never a moving tag, and
+// the chart's appVersion is this version.
 func TestImageTagIsVersion(t *testing.T) {
 	v, err := os.ReadFile("../VERSION")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "image: gpu-scheduler:" + strings.TrimSpace(string(v)) + "\n"
+	chart, err := os.ReadFile("charts/gpu-scheduler/Chart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(chart), "\nappVersion: "+strings.TrimSpace(string(v))+"\n") {
+		t.Errorf("Chart.yaml's appVersion is not %s", strings.TrimSpace(string(v)))
+	}
+	want := "image: \"gpu-scheduler:" + strings.TrimSpace(string(v)) + "\"\n"
 	if !strings.Contains(string(Deployment), want) {
 		t.Errorf("deployment.yaml does not run %q", strings.TrimSpace(want))
 	}
@@ -70,6 +78,17 @@ func TestMonitoringParses(t *testing.T) {
 		"scheduler_scheduling_attempt_duration_seconds", "scheduler_schedule_attempts_total"} {
 		if _, ok := ms[want]; !ok {
 			t.Errorf("monitoring does not use %s", want)
+		}
+	}
+}
+
+// The chart reads copies of the canonical files: make manifests refreshes
+// them.
+func TestChartFilesAreCurrent(t *testing.T) {
+	for name, want := range ChartFiles() {
+		got, err := ChartFile(name)
+		if err != nil || string(got) != string(want) {
+			t.Errorf("charts/gpu-scheduler/files/%s is stale: run make manifests", name)
 		}
 	}
 }
