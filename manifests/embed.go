@@ -100,7 +100,9 @@ func ChartFiles() map[string][]byte {
 var chartFiles embed.FS
 
 // ChartFile is a file of the chart's files/ as committed.
-func ChartFile(name string) ([]byte, error) { return chartFiles.ReadFile("charts/gpu-scheduler/files/" + name) }
+func ChartFile(name string) ([]byte, error) {
+	return chartFiles.ReadFile("charts/gpu-scheduler/files/" + name)
+}
 
 // metricName matches the metrics our monitoring reads: ours, the
 // scheduler's own, and leader election's.
