@@ -74,7 +74,7 @@ func TestMonitoringParses(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"gpu_scheduler_cluster_fragmentation_ratio", "gpu_scheduler_pending_gpu_pods",
-		"gpu_scheduler_overcommitted_nodes", "leader_election_master_status", "gpu_scheduler_hami_handshake_failures_total",
+		"gpu_scheduler_overcommitted_nodes", "gpu_scheduler_leader", "gpu_scheduler_pending_gpu_pod_max_age_seconds", "gpu_scheduler_hami_handshake_failures_total",
 		"scheduler_scheduling_attempt_duration_seconds", "scheduler_schedule_attempts_total"} {
 		if _, ok := ms[want]; !ok {
 			t.Errorf("monitoring does not use %s", want)

@@ -11,7 +11,8 @@ import (
 	"k8s.io/component-base/cli"
 	_ "k8s.io/component-base/logs/json/register" // JSON log format
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
-	// leader_election_master_status: the alert that no replica leads.
+	// leader_election_master_status (name="kube-scheduler"): whether this
+	// process holds the lease (shared.Leading reads it).
 	_ "k8s.io/component-base/metrics/prometheus/clientgo/leaderelection"
 	_ "k8s.io/component-base/metrics/prometheus/version"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"

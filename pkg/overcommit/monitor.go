@@ -56,6 +56,10 @@ var (
 		Subsystem: "gpu_scheduler", Name: "refused_nodes", StabilityLevel: metrics.ALPHA,
 		Help: "Nodes that report more GPUs than gpu-scheduler tracks (64); they take no GPU pod of ours.",
 	})
+	leader = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem: "gpu_scheduler", Name: "leader", StabilityLevel: metrics.ALPHA,
+		Help: "1 on the gpu-scheduler replica that leads (holds the lease and schedules), 0 on a standby.",
+	})
 	reservations = metrics.NewGauge(&metrics.GaugeOpts{
 		Subsystem: "gpu_scheduler", Name: "reservations", StabilityLevel: metrics.ALPHA,
 		Help: "In-flight device reservations (chosen, not yet seen bound with their assignment).",
@@ -104,7 +108,7 @@ const Grace = 10 * time.Second
 func New(src Source, pods, nodes cache.SharedIndexInformer, recorder events.EventRecorder, active func() bool,
 	reqOpts gpu.RequestOptions, resync, handshakeTimeout time.Duration) (*Monitor, error) {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(overcommittedNodes, overcommitted, refusedNodes, reservations, handshakeFailures)
+		legacyregistry.MustRegister(overcommittedNodes, overcommitted, refusedNodes, reservations, handshakeFailures, leader)
 		// Both series from the start: an alert on their increase needs
 		// them before the first failure.
 		for _, reason := range []string{"failed", "expired"} {
@@ -213,6 +217,11 @@ func (m *Monitor) Run(ctx context.Context) {
 	}, m.resync)
 	go wait.UntilWithContext(ctx, func(context.Context) {
 		reservations.Set(float64(m.src.Tracker().ReservationCount()))
+		if m.active() {
+			leader.Set(1)
+		} else {
+			leader.Set(0)
+		}
 	}, time.Second)
 	<-ctx.Done()
 }

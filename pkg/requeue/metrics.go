@@ -79,6 +79,10 @@ var (
 		Subsystem: "gpu_scheduler", Name: "pending_gpu_pods", StabilityLevel: metrics.ALPHA,
 		Help: "Pending GPU pods by why they wait: fragmented (as much GPU idle on the models they allow as they ask, not where they fit), gpu_capacity (less idle than that), gpu_unsuitable (no GPU they could ever use), other (CPU, memory, taints, affinity, cordons), invalid_request; as of the last resync.",
 	}, []string{"reason"})
+	pendingAge = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Subsystem: "gpu_scheduler", Name: "pending_gpu_pod_max_age_seconds", StabilityLevel: metrics.ALPHA,
+		Help: "How long the longest-waiting pending GPU pod of each reason has been unschedulable (0 when none), as of the last resync.",
+	}, []string{"reason"})
 	unhealthyGPUs = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Subsystem: "gpu_scheduler", Name: "unhealthy_gpus", StabilityLevel: metrics.ALPHA,
 		Help: "Installed GPUs that are not allocatable (capacity minus allocatable), per node and GPU model.",
@@ -91,6 +95,6 @@ func registerMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(reconciles, activations, queueDepth, pendingPods, activationLatency,
 			reasonWrites, passSeconds, staleReservations, allocatedMilli, capacityMilli, unhealthyGPUs,
-			fragMilli, clusterIdle, clusterFrag, clusterFragRatio, placeable, taskShare, pendingByClass)
+			fragMilli, clusterIdle, clusterFrag, clusterFragRatio, placeable, taskShare, pendingByClass, pendingAge)
 	})
 }

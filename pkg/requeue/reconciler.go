@@ -701,15 +701,27 @@ type pendingClass struct{ key, class string }
 // exportAllocation publishes allocated and schedulable milli-GPU per node,
 // fragmentation against the target workload per node and cluster-wide, how
 // many more pods of each typical kind would fit, and the pending GPU pods by
-// class.
+// class. Only the leader publishes them (a standby's would count every node
+// twice in a sum), and all are computed before any is replaced, so that a
+// scrape sees few gaps.
 func (r *Reconciler) exportAllocation() {
+	type nodeRow struct {
+		node, model          string
+		unhealthy            int32
+		allocated, capacity  int64
+		frag                 float64
+		hasFrag, hasCapacity bool
+	}
+	if !r.active() {
+		resetAllocation()
+		pendingByClass.Reset()
+		pendingAge.Reset()
+		clusterIdle.Set(0)
+		clusterFrag.Set(0)
+		clusterFragRatio.Set(0)
+		return
+	}
 	r.invalidate()
-	allocatedMilli.Reset()
-	capacityMilli.Reset()
-	unhealthyGPUs.Reset()
-	fragMilli.Reset()
-	placeable.Reset()
-	taskShare.Reset()
 	wl := r.gpu.Workload()
 	var tasks []gpu.Task
 	if wl != nil {
@@ -718,29 +730,41 @@ func (r *Reconciler) exportAllocation() {
 	room := make([]int64, len(tasks))
 	var idle int64
 	var frag float64
+	var rows []nodeRow
 	for _, nv := range r.viewNow().nodes {
 		nv.mu.Lock()
 		st := nv.gpu
 		cpuFree, memFree := nv.cpuFree, nv.memFree>>20
 		nv.mu.Unlock()
-		if st.Unhealthy > 0 {
-			unhealthyGPUs.WithLabelValues(nv.node.Name, st.Model).Set(float64(st.Unhealthy))
-		}
+		row := nodeRow{node: nv.node.Name, model: st.Model, unhealthy: st.Unhealthy}
 		usable := int64(st.Usable())
-		if usable == 0 {
-			continue
+		if usable > 0 {
+			row.hasCapacity = true
+			row.allocated, row.capacity = usable*gpu.MilliPerGPU-st.Idle(), usable*gpu.MilliPerGPU
+			idle += st.Idle()
+			if wl != nil {
+				row.frag, row.hasFrag = gpu.FragAt(wl, st, cpuFree), true
+				frag += row.frag
+			}
+			if !nv.node.Spec.Unschedulable {
+				for i := range tasks {
+					room[i] += st.Room(&tasks[i], cpuFree, memFree)
+				}
+			}
 		}
-		model := st.Model
-		allocatedMilli.WithLabelValues(nv.node.Name, model).Set(float64(usable*gpu.MilliPerGPU - st.Idle()))
-		capacityMilli.WithLabelValues(nv.node.Name, model).Set(float64(usable * gpu.MilliPerGPU))
-		idle += st.Idle()
-		if wl != nil {
-			f := gpu.FragAt(wl, st, cpuFree)
-			frag += f
-			fragMilli.WithLabelValues(nv.node.Name, model).Set(f)
+		rows = append(rows, row)
+	}
+	resetAllocation()
+	for _, row := range rows {
+		if row.unhealthy > 0 {
+			unhealthyGPUs.WithLabelValues(row.node, row.model).Set(float64(row.unhealthy))
 		}
-		for i := range tasks {
-			room[i] += st.Room(&tasks[i], cpuFree, memFree)
+		if row.hasCapacity {
+			allocatedMilli.WithLabelValues(row.node, row.model).Set(float64(row.allocated))
+			capacityMilli.WithLabelValues(row.node, row.model).Set(float64(row.capacity))
+		}
+		if row.hasFrag {
+			fragMilli.WithLabelValues(row.node, row.model).Set(row.frag)
 		}
 	}
 	clusterIdle.Set(float64(idle))
@@ -758,6 +782,15 @@ func (r *Reconciler) exportAllocation() {
 	r.exportPending()
 }
 
+func resetAllocation() {
+	allocatedMilli.Reset()
+	capacityMilli.Reset()
+	unhealthyGPUs.Reset()
+	fragMilli.Reset()
+	placeable.Reset()
+	taskShare.Reset()
+}
+
 // maxTaskSeries bounds the typical kinds of pod exported (their label).
 const maxTaskSeries = 8
 
@@ -765,6 +798,8 @@ const maxTaskSeries = 8
 // verdict, dropping those no longer pending.
 func (r *Reconciler) exportPending() {
 	counts := map[string]int{ClassFragmented: 0, ClassCapacity: 0, ClassUnsuitable: 0, ClassOther: 0, ClassInvalid: 0}
+	oldest := map[string]float64{ClassFragmented: 0, ClassCapacity: 0, ClassUnsuitable: 0, ClassOther: 0, ClassInvalid: 0}
+	now := time.Now()
 	r.classes.Range(func(k, v any) bool {
 		pc := v.(pendingClass)
 		obj, exists, err := r.pods.GetIndexer().GetByKey(pc.key)
@@ -773,15 +808,20 @@ func (r *Reconciler) exportPending() {
 			return true
 		}
 		p := obj.(*v1.Pod)
-		if _, pending := r.pending(p); p.UID != k.(types.UID) || !pending {
+		since, pending := r.pending(p)
+		if p.UID != k.(types.UID) || !pending {
 			r.classes.Delete(k)
 			return true
 		}
 		counts[pc.class]++
+		if !since.IsZero() {
+			oldest[pc.class] = max(oldest[pc.class], now.Sub(since).Seconds())
+		}
 		return true
 	})
 	for class, n := range counts {
 		pendingByClass.WithLabelValues(class).Set(float64(n))
+		pendingAge.WithLabelValues(class).Set(oldest[class])
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
@@ -261,7 +262,7 @@ func TestMessages(t *testing.T) {
 			n.Spec.Taints = []v1.Taint{{Key: "gpu", Effect: v1.TaintEffectNoSchedule}}
 			return n
 		}(), boundPod("a", "n1", "n1:0=1000")},
-			pendingPod("p", nil, 4), "needs 4 free GPUs on one node; untolerated taints on 1 node", false, ClassFragmented},
+			pendingPod("p", nil, 4), "needs 4 free GPUs on one node; untolerated taints on 1 node", false, ClassCapacity},
 		"model": {[]runtime.Object{gpuNode("n1", 4, "T4"), gpuNode("n2", 4, "T4"), gpuNode("n3", 4, "A100"),
 			boundPod("a", "n3", "n3:0=1000,1=1000,2=1000,3=1000")},
 			pendingPod("p", map[string]string{gpu.AnnotationModel: "A100"}, 1),
@@ -629,6 +630,10 @@ func TestExportsFragmentation(t *testing.T) {
 		}
 		return v
 	}
+	// p has waited about a second (its condition's transition time).
+	if age := get(pendingAge.WithLabelValues(ClassCapacity)); age < 0.5 || age > 60 {
+		t.Errorf("the longest wait: %v s", age)
+	}
 	// Both kinds waste the 400 on device 0: F = 400, of 2,400 idle.
 	for name, c := range map[string]struct{ got, want float64 }{
 		"node":       {get(fragMilli.WithLabelValues("n1", "T4")), 400},
@@ -640,9 +645,38 @@ func TestExportsFragmentation(t *testing.T) {
 		"share":      {get(taskShare.WithLabelValues("1x500m 1cpu")), 0.5},
 		"fragmented": {get(pendingByClass.WithLabelValues(ClassFragmented)), 0},
 		"capacity":   {get(pendingByClass.WithLabelValues(ClassCapacity)), 1},
+		"no wait":    {get(pendingAge.WithLabelValues(ClassFragmented)), 0},
 	} {
 		if math.Abs(c.got-c.want) > 1e-9 {
 			t.Errorf("%s: %v, want %v", name, c.got, c.want)
 		}
+	}
+}
+
+// A standby publishes no per-node figures: summed over the replicas, the
+// leader's would count twice.
+func TestStandbyExportsNoAllocation(t *testing.T) {
+	e := newEnv(t)
+	e.add(t, gpuNode("n1", 4, "T4"), boundPod("a", "n1", "n1:0=600"))
+	count := func() int {
+		mfs, err := legacyregistry.DefaultGatherer.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "gpu_scheduler_allocated_milli" {
+				return len(mf.GetMetric())
+			}
+		}
+		return 0
+	}
+	e.r.exportAllocation()
+	if n := count(); n != 1 {
+		t.Fatalf("leader: %d allocation series, want 1", n)
+	}
+	e.active = false
+	e.r.exportAllocation()
+	if n := count(); n != 0 {
+		t.Errorf("standby: %d allocation series, want none", n)
 	}
 }

@@ -160,8 +160,9 @@ type verdict struct {
 // Classes of pending GPU pods (the reason label of
 // gpu_scheduler_pending_gpu_pods).
 const (
-	// ClassFragmented: the GPUs block it, and the cluster has as much idle
-	// GPU in total as it asks for: no one node has it in the right shape.
+	// ClassFragmented: the GPUs block it, and the nodes it could use (model,
+	// taints, affinity, CPU and memory allow it) have as much idle GPU in
+	// total as it asks for: no one node has it in the right shape.
 	ClassFragmented = "fragmented"
 	// ClassCapacity: the GPUs block it and there is not that much idle GPU.
 	ClassCapacity = "gpu_capacity"
@@ -174,16 +175,20 @@ const (
 	ClassInvalid = "invalid_request"
 )
 
-// gpuClass tells fragmentation from a lack of GPU: whether the idle GPU of
-// the models the request allows would cover it, were it in one place.
+// needMilli is the GPU a request asks for in all, in milli-GPU (1 for a
+// memory-sized share: any idle GPU could be it).
+func needMilli(req *gpu.Request) int64 {
+	if n := req.TotalMilli(); n > 0 {
+		return n
+	}
+	return 1
+}
+
+// gpuClass tells fragmentation from a lack of GPU from the capacity groups
+// alone (a pod no node of an allowed model could take): whether their idle
+// GPU would cover the request, were it in one place.
 func (v *view) gpuClass(req *gpu.Request) string {
-	need := int64(req.Milli)
-	if req.Count > 0 {
-		need = int64(req.Count) * gpu.MilliPerGPU
-	}
-	if need == 0 {
-		need = 1 // a memory-sized share: any idle GPU could be it
-	}
+	need := needMilli(req)
 	var idle int64
 	for _, g := range v.groups {
 		if g.agent || req.Models.Empty() || req.Models.Matches(g.model, g.fold) {
@@ -265,6 +270,9 @@ func (v *view) check(logger klog.Logger, pod *v1.Pod, req *gpu.Request, sc gpu.S
 	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
 	var cats [numCats]int
 	var outcomes [numOutcomes]int
+	// The idle GPU of the nodes the pod could use but for its GPUs: what
+	// tells fragmentation from a lack of GPU.
+	var reachable int64
 	for _, nv := range v.nodes {
 		if nv.node.Spec.Unschedulable {
 			cats[catCordoned]++
@@ -294,6 +302,9 @@ func (v *view) check(logger klog.Logger, pod *v1.Pod, req *gpu.Request, sc gpu.S
 				return verdict{fits: nv, choice: c}
 			}
 			out = gpu.TooFewFreeDevices
+		}
+		if out == gpu.NoDeviceWithShare || out == gpu.TooFewFreeDevices {
+			reachable += nv.gpu.Idle()
 		}
 		nv.mu.Unlock()
 		cats[catGPU]++
@@ -334,7 +345,10 @@ func (v *view) check(logger klog.Logger, pod *v1.Pod, req *gpu.Request, sc gpu.S
 	class := ClassUnsuitable
 	switch {
 	case outcomes[gpu.NoDeviceWithShare]+outcomes[gpu.TooFewFreeDevices]+outcomes[gpu.Overcommitted] > 0:
-		class = v.gpuClass(req)
+		class = ClassCapacity
+		if reachable >= needMilli(req) {
+			class = ClassFragmented
+		}
 	case cats[catResources]+cats[catAffinity]+cats[catTaint]+cats[catCordoned] > 0 || len(v.nodes) == 0:
 		class = ClassOther
 	}

@@ -163,6 +163,9 @@ func TestHelmChart(t *testing.T) {
 	if out, err := helm(t, "template", "x", chart, "--namespace", "kube-system", "--kube-version", "1.37.2", "--set", "nodeAgent=other"); err == nil || !strings.Contains(out, "nodeAgent must be hami or plain") {
 		t.Errorf("an unknown nodeAgent: %v\n%s", err, out)
 	}
+	if out, err := helm(t, "template", "x", chart, "--namespace", "kube-system", "--kube-version", "1.37.2", "--set", "leaderElection=false"); err == nil || !strings.Contains(out, "several active schedulers") {
+		t.Errorf("two replicas without leader election: %v\n%s", err, out)
+	}
 	if out, err := helm(t, "template", "x", chart, "--namespace", "default", "--kube-version", "1.37.2"); err == nil || !strings.Contains(out, "kube-system") {
 		t.Errorf("another namespace: %v\n%s", err, out)
 	}
