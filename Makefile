@@ -15,7 +15,7 @@ LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.37.2 \
 PKGS := ./...
 UNIT_PKGS = $$($(GO) list ./... | grep -v /test/)
 
-.PHONY: all build binaries run test unit integration e2e e2e-kind image lint bench bench-requeue bench-openb bench-throughput bench-churn fuzz manifests clean help
+.PHONY: all build binaries run test unit integration e2e e2e-kind image lint dist bench bench-requeue bench-openb bench-throughput bench-churn fuzz manifests clean help
 
 all: build
 
@@ -27,6 +27,7 @@ help:
 	@echo "make build         bin/gpu-scheduler"
 	@echo "make bench         per-node Filter/Score micro-benchmarks"
 	@echo "make lint          gofmt and go vet"
+	@echo "make dist          kubectl-gpu release archives and the krew manifest (out/dist)"
 
 build: $(BIN)/gpu-scheduler
 
@@ -73,6 +74,28 @@ manifests: $(BIN)/helm
 	  sed -e '/^---$$/d' -e '/^# Source:/d' manifests/deployment.yaml.tmp; } > manifests/deployment.yaml
 	rm manifests/deployment.yaml.tmp
 
+# Release archives of kubectl-gpu (kubectl-gpu_<os>_<arch>.tar.gz, the binary
+# and LICENSE) and the krew manifest with their checksums, in $(DIST). Upload
+# the archives to RELEASE_URL; the manifest points there.
+DIST ?= $(CURDIR)/out/dist
+DIST_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64
+RELEASE_URL ?= https://github.com/gpu-scheduler/gpu-scheduler/releases/download/$(VERSION)
+dist:
+	rm -rf $(DIST) && mkdir -p $(DIST)
+	set -e; for p in $(DIST_PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; exe=kubectl-gpu; [ $$os = windows ] && exe=kubectl-gpu.exe; \
+	  d=$(DIST)/kubectl-gpu_$${os}_$${arch}; mkdir -p $$d; \
+	  GOOS=$$os GOARCH=$$arch $(GO) build -ldflags "-s -w $(LDFLAGS)" -o $$d/$$exe ./cmd/kubectl-gpu; \
+	  cp LICENSE $$d/; tar -czf $$d.tar.gz -C $$d $$exe LICENSE; rm -rf $$d; \
+	done
+	$(GO) run ./hack/krewmanifest -version $(VERSION) -url $(RELEASE_URL) $(DIST)/*.tar.gz > $(DIST)/gpu.yaml
+	@echo "$(DIST)/gpu.yaml: the krew manifest"
+
+# krew, from its Go module (its own module: it pins old Kubernetes modules),
+# to test the manifest by installing from it.
+$(BIN)/krew: hack/tools/krew/go.mod hack/tools/krew/go.sum
+	cd hack/tools/krew && $(GO) build -o $@ sigs.k8s.io/krew/cmd/krew
+
 # Helm, from its Go module (hack/tools), for the chart's tests and make manifests.
 $(BIN)/helm: hack/tools/go.mod hack/tools/go.sum
 	cd hack/tools && $(GO) build -o $@ helm.sh/helm/v3/cmd/helm
@@ -94,7 +117,7 @@ unit:
 	$(GO) test -count=1 -race ./pkg/gpu/... ./pkg/plugins/... ./pkg/overcommit/... ./pkg/requeue/...
 
 # The scheduler in-process against a real kube-apiserver and etcd.
-integration: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kubectl-gpu $(BIN)/helm
+integration: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kubectl-gpu $(BIN)/helm $(BIN)/krew $(BIN)/promrules
 	$(GO) test -count=1 -timeout 20m ./test/integration/
 
 test: lint unit integration

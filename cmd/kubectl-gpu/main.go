@@ -27,7 +27,7 @@ func main() {
 func newCommand() *cobra.Command {
 	flags := genericclioptions.NewConfigFlags(true)
 	o := &kubectlgpu.Options{Out: os.Stdout}
-	var workload string
+	var workload, configFile string
 	var all bool
 	root := &cobra.Command{
 		Use:          "kubectl-gpu",
@@ -50,13 +50,24 @@ func newCommand() *cobra.Command {
 					return err
 				}
 			}
+			if configFile != "" {
+				if o.Config, err = os.ReadFile(configFile); err != nil {
+					return err
+				}
+			}
 			return nil
 		},
 	}
 	flags.AddFlags(root.PersistentFlags())
+	// Ours, before cobra merges the process-wide flags: component-base's
+	// --version (linked in with the scheduler's plugins) is not a bool, and
+	// cobra's version flag would then fail.
+	root.Flags().Bool("version", false, "print kubectl-gpu's version")
 	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "", "output format: json or yaml (default: a table)")
 	root.PersistentFlags().StringVarP(&o.Selector, "selector", "l", "", "only the nodes with these labels")
 	root.PersistentFlags().BoolVarP(&all, "all-namespaces", "A", false, "pods of every namespace (the default unless -n is given)")
+	root.PersistentFlags().StringVar(&o.SchedulerName, "scheduler-name", gpu.SchedulerName, "the scheduler profile whose accounting, target workload and pods are shown")
+	root.PersistentFlags().StringVar(&configFile, "config", "", "a KubeSchedulerConfiguration to read the profile from (default: the deployed one, kube-system/gpu-scheduler-config, else the shipped one)")
 	run := func(f func(context.Context) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, _ []string) error { return f(cmd.Context()) }
 	}
@@ -84,7 +95,6 @@ func newCommand() *cobra.Command {
 			return o.PrintPending(ps)
 		}),
 	}
-	pending.Flags().StringVar(&o.SchedulerName, "scheduler-name", gpu.SchedulerName, "the scheduler whose pods are listed")
 	root.AddCommand(pending)
 	frag := &cobra.Command{
 		Use:   "frag",
@@ -100,7 +110,7 @@ func newCommand() *cobra.Command {
 	}
 	frag.Flags().StringVar(&workload, "workload", "", "a YAML list of tasks (cpuMilli, memoryMiB, gpuMilli, gpuCount, models, weight) to measure against; default: learned from the cluster's GPU pods")
 	root.AddCommand(frag)
-	var podsFile, configFile string
+	var podsFile string
 	var wopts kubectlgpu.WhatIfOptions
 	whatif := &cobra.Command{
 		Use:   "whatif -f pods.yaml",
@@ -111,11 +121,6 @@ func newCommand() *cobra.Command {
 			if wopts.Pods, err = os.ReadFile(podsFile); err != nil {
 				return err
 			}
-			if configFile != "" {
-				if wopts.Config, err = os.ReadFile(configFile); err != nil {
-					return err
-				}
-			}
 			ps, from, err := o.WhatIf(ctx, wopts)
 			if err != nil {
 				return err
@@ -124,9 +129,7 @@ func newCommand() *cobra.Command {
 		}),
 	}
 	whatif.Flags().StringVarP(&podsFile, "filename", "f", "", "the pods to place, in order (YAML, several documents)")
-	whatif.Flags().StringVar(&configFile, "config", "", "a KubeSchedulerConfiguration (default: the deployed one, kube-system/gpu-scheduler-config, else the shipped one)")
 	whatif.Flags().StringVar(&wopts.Policy, "policy", "", "GPUScore's policy instead of the configured one: Fragmentation, BestFit, Packing or Spread")
-	whatif.Flags().StringVar(&o.SchedulerName, "scheduler-name", gpu.SchedulerName, "the profile that places them")
 	_ = whatif.MarkFlagRequired("filename")
 	root.AddCommand(whatif)
 	root.SetVersionTemplate(fmt.Sprintf("kubectl-gpu %s\n", version.Version))

@@ -11,6 +11,7 @@ import (
 	"k8s.io/component-helpers/resource"
 	"sigs.k8s.io/yaml"
 
+	ourconfig "github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
 	configv1 "github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
@@ -52,28 +53,21 @@ type FragReport struct {
 // typical pods of the target workload could not use (the scheduler's
 // fragmentation metric), and how many more of each would fit.
 func (o *Options) Frag(ctx context.Context) (*FragReport, error) {
-	c, err := o.read(ctx)
+	c, err := o.view(ctx, "")
 	if err != nil {
 		return nil, err
 	}
+	defer c.Close()
 	wl, from := o.Workload, "given"
-	ropts := gpu.RequestOptions{ResourceNames: o.nodeOptions().ResourceNames, Agent: o.nodeOptions().Agent}
 	if wl == nil {
-		// As the scheduler learns it: from the GPU pods it sees.
-		l := gpu.NewLearner(0.95, 10000)
-		n := 0
-		for i := range c.all {
-			p := &c.all[i]
-			if !gpu.UsesGPU(p, ropts) {
-				continue
-			}
-			if r, err := gpu.ParseRequest(p, ropts); err == nil && r.HasGPU() {
-				l.Observe(string(p.UID), &r)
-				n++
-			}
+		// The scheduler's own: static from its configuration, or learned
+		// by its profile from the pods it sees.
+		wl = c.Workload()
+		if a := c.scoreArgs(); a != nil && a.TargetWorkload.Mode == ourconfig.WorkloadStatic {
+			from = "static, from " + c.from
+		} else {
+			from = fmt.Sprintf("learned from the %d GPU pods of %s, as %s learns it", c.seen, o.SchedulerName, c.from)
 		}
-		wl = l.Workload()
-		from = fmt.Sprintf("learned from the %d GPU pods in the cluster", n)
 	}
 	r := &FragReport{Workload: from, Kinds: []Kind{}, Nodes: []NodeFrag{}}
 	if wl == nil {
@@ -84,7 +78,7 @@ func (o *Options) Frag(ctx context.Context) (*FragReport, error) {
 	for _, t := range tasks {
 		r.Kinds = append(r.Kinds, Kind{Kind: gpu.TaskKind(t), Share: t.Weight})
 	}
-	tr := gpu.NewTracker(o.nodeOptions())
+	tr := c.Tracker()
 	for i := range c.nodes {
 		n := &c.nodes[i]
 		pods := c.onNode[n.Name]

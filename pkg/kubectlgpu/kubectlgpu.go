@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
 
@@ -29,8 +28,14 @@ type Options struct {
 	Out    io.Writer
 	// Output is "" (a table), "json" or "yaml".
 	Output string
-	// SchedulerName selects the pending pods.
+	// SchedulerName is the profile whose accounting, target workload and
+	// pods are shown.
 	SchedulerName string
+	// Config is a KubeSchedulerConfiguration; nil reads the deployed one
+	// (the ConfigMap kube-system/gpu-scheduler-config), else the shipped
+	// one. Its profile says how nodes and requests are read (resource
+	// names, labels, node agent) and what the target workload is.
+	Config []byte
 	// Selector (a label selector) limits the nodes; Namespace ("" for all)
 	// the pending pods and the pods a workload is learned from.
 	Selector, Namespace string
@@ -38,13 +43,6 @@ type Options struct {
 	// GPU pods in the cluster, as the scheduler learns it from the pods it
 	// sees.
 	Workload *gpu.Workload
-}
-
-func (o *Options) nodeOptions() gpu.NodeOptions {
-	opts := gpu.DefaultNodeOptions
-	opts.ResourceNames = append([]v1.ResourceName{}, opts.ResourceNames...)
-	opts.Agent = hami.Agent{ProductLabel: opts.ProductLabel}
-	return opts
 }
 
 // cluster is the nodes and the pods on each.
@@ -112,11 +110,12 @@ type NodesReport struct {
 
 // Nodes reports every GPU node, device by device.
 func (o *Options) Nodes(ctx context.Context) (*NodesReport, error) {
-	c, err := o.read(ctx)
+	c, err := o.view(ctx, "")
 	if err != nil {
 		return nil, err
 	}
-	tr := gpu.NewTracker(o.nodeOptions())
+	defer c.Close()
+	tr := c.Tracker()
 	r := &NodesReport{Nodes: []Node{}}
 	for i := range c.nodes {
 		n := &c.nodes[i]
@@ -222,11 +221,12 @@ type PendingPod struct {
 
 // Pending lists the scheduler's GPU pods that are not bound.
 func (o *Options) Pending(ctx context.Context) ([]PendingPod, error) {
-	c, err := o.read(ctx)
+	c, err := o.view(ctx, "")
 	if err != nil {
 		return nil, err
 	}
-	ropts := gpu.RequestOptions{ResourceNames: o.nodeOptions().ResourceNames, Agent: o.nodeOptions().Agent}
+	defer c.Close()
+	ropts := c.ropts
 	out := []PendingPod{}
 	for i := range c.all {
 		p := &c.all[i]

@@ -3,14 +3,17 @@ package kubectlgpu
 import (
 	"context"
 	"fmt"
+	"sort"
 	"text/tabwriter"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	"github.com/gpu-scheduler/gpu-scheduler/manifests"
+	ourconfig "github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/kubeapply"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/simulator"
@@ -20,9 +23,6 @@ import (
 type WhatIfOptions struct {
 	// Pods is the YAML of the pods to place, in order.
 	Pods []byte
-	// Config is a KubeSchedulerConfiguration; nil reads the deployed one
-	// (the ConfigMap kube-system/gpu-scheduler-config), else the shipped one.
-	Config []byte
 	// Policy, if set, replaces GPUScore's policy.
 	Policy string
 }
@@ -35,24 +35,57 @@ func (o *Options) WhatIf(ctx context.Context, w WhatIfOptions) ([]simulator.What
 	if err != nil {
 		return nil, "", err
 	}
-	data, from := w.Config, "the given configuration"
-	if data == nil {
-		data, from = manifests.SchedulerConfig, "the shipped configuration"
-		cm, err := o.Client.CoreV1().ConfigMaps("kube-system").Get(ctx, manifests.ConfigMapName, metav1.GetOptions{})
-		switch {
-		case err == nil && cm.Data["scheduler-config.yaml"] != "":
-			data, from = []byte(cm.Data["scheduler-config.yaml"]), "the deployed configuration (kube-system/"+manifests.ConfigMapName+")"
-		case err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err):
-			return nil, "", err
-		}
-	}
-	prof, err := simulator.WhatIfProfile(data, o.SchedulerName, w.Policy)
+	v, err := o.view(ctx, w.Policy)
 	if err != nil {
 		return nil, "", err
+	}
+	defer v.Close()
+	out, err := v.Place(ctx, pods)
+	return out, v.from, err
+}
+
+// view is the cluster as the deployed scheduler's profile counts it: its
+// nodes and pods, read once, and the profile's plugins over them.
+type view struct {
+	*cluster
+	*simulator.Deployed
+	// from says which configuration the profile came from.
+	from  string
+	prof  *config.KubeSchedulerProfile
+	ropts gpu.RequestOptions
+	// seen counts the pods of the profile that a learned workload learned.
+	seen int
+}
+
+// config is the scheduler configuration to read: the given one, else the
+// deployed one (the ConfigMap kube-system/gpu-scheduler-config), else the
+// shipped one.
+func (o *Options) config(ctx context.Context) ([]byte, string, error) {
+	if o.Config != nil {
+		return o.Config, "the given configuration", nil
+	}
+	cm, err := o.Client.CoreV1().ConfigMaps("kube-system").Get(ctx, manifests.ConfigMapName, metav1.GetOptions{})
+	switch {
+	case err == nil && cm.Data["scheduler-config.yaml"] != "":
+		return []byte(cm.Data["scheduler-config.yaml"]), "the deployed configuration (kube-system/" + manifests.ConfigMapName + ")", nil
+	case err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err):
+		return nil, "", err
+	}
+	return manifests.SchedulerConfig, "the shipped configuration", nil
+}
+
+func (o *Options) view(ctx context.Context, policy string) (*view, error) {
+	data, from, err := o.config(ctx)
+	if err != nil {
+		return nil, err
+	}
+	prof, err := simulator.WhatIfProfile(data, o.SchedulerName, policy)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", from, err)
 	}
 	c, err := o.read(ctx)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	nodes := make([]*v1.Node, len(c.nodes))
 	for i := range c.nodes {
@@ -62,14 +95,36 @@ func (o *Options) WhatIf(ctx context.Context, w WhatIfOptions) ([]simulator.What
 	for _, n := range nodes {
 		bound = append(bound, c.onNode[n.Name]...)
 	}
-	ropts := gpu.RequestOptions{ResourceNames: o.nodeOptions().ResourceNames, Agent: o.nodeOptions().Agent}
+	// The scheduler sees its own pods, in the order they came.
 	for i := range c.all {
-		if p := &c.all[i]; p.Spec.SchedulerName == o.SchedulerName && gpu.UsesGPU(p, ropts) {
+		if p := &c.all[i]; p.Spec.SchedulerName == o.SchedulerName {
 			seen = append(seen, p)
 		}
 	}
-	out, err := simulator.WhatIf(ctx, prof, nodes, bound, seen, pods)
-	return out, from, err
+	sort.SliceStable(seen, func(i, j int) bool {
+		return seen[i].CreationTimestamp.Before(&seen[j].CreationTimestamp)
+	})
+	d, err := simulator.NewDeployed(ctx, prof, nodes, bound, seen)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", from, err)
+	}
+	v := &view{cluster: c, Deployed: d, from: from, prof: prof, ropts: d.Tracker().RequestOptions()}
+	for _, p := range seen {
+		if gpu.UsesGPU(p, v.ropts) {
+			v.seen++
+		}
+	}
+	return v, nil
+}
+
+// scoreArgs are the profile's GPUScore args, nil without GPUScore.
+func (v *view) scoreArgs() *ourconfig.GPUScoreArgs {
+	for _, pc := range v.prof.PluginConfig {
+		if a, ok := pc.Args.(*ourconfig.GPUScoreArgs); ok {
+			return a
+		}
+	}
+	return nil
 }
 
 func decodePods(data []byte) ([]*v1.Pod, error) {

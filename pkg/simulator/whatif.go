@@ -3,6 +3,7 @@ package simulator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -61,36 +62,80 @@ func WhatIfProfile(data []byte, schedulerName, policy string) (*config.KubeSched
 	return prof, nil
 }
 
-// WhatIf places pods, one after the other, on a copy of a cluster (its nodes
-// and the pods bound to them) through the real framework profile, and says
-// where each would go and which stay pending. Nothing is written anywhere:
-// a placed pod is reserved and added to the copy, as the scheduler assumes
-// it before binding. seen are pods whose requests the scheduler has already
-// seen (the cluster's pods): a learned target workload learns them first.
-func WhatIf(ctx context.Context, prof *config.KubeSchedulerProfile, nodes []*v1.Node, bound, seen, pods []*v1.Pod) ([]WhatIfPlacement, error) {
+// Deployed is a scheduler profile's plugins on a copy of a cluster (its
+// nodes and the pods bound to them): what the deployed scheduler counts and
+// learns, without a scheduler. Close it when done.
+type Deployed struct {
+	fw      framework.Framework
+	cluster *offline.Cluster
+	cancel  context.CancelFunc
+}
+
+// NewDeployed builds prof's plugins over the cluster. seen are pods whose
+// requests the scheduler has already seen (the cluster's pods, oldest
+// first): a learned target workload learns them first.
+func NewDeployed(ctx context.Context, prof *config.KubeSchedulerProfile, nodes []*v1.Node, bound, seen []*v1.Pod) (*Deployed, error) {
 	cluster, err := offline.NewCluster(nodes, bound)
 	if err != nil {
 		return nil, err
 	}
 	client, _ := newClient()
 	ctx, cancel := context.WithCancel(klog.NewContext(ctx, klog.Background().V(0)))
-	defer cancel()
 	fw, _, err := offline.NewFramework(ctx, prof, cluster, client, offline.Options{})
 	if err != nil {
+		cancel()
 		return nil, err
 	}
-	defer fw.Close()
+	if !slices.ContainsFunc(fw.ListPlugins().Filter.Enabled, func(p config.Plugin) bool { return p.Name == gpufit.Name }) {
+		fw.Close()
+		cancel()
+		return nil, fmt.Errorf("the profile %q has no %s", prof.SchedulerName, gpufit.Name)
+	}
 	for _, p := range seen {
 		// PreFilter is where GPUFit observes a request.
 		fw.RunPreFilterPlugins(ctx, framework.NewCycleState(), p)
 	}
+	return &Deployed{fw: fw, cluster: cluster, cancel: cancel}, nil
+}
+
+// Close stops the plugins.
+func (d *Deployed) Close() {
+	d.fw.Close()
+	d.cancel()
+}
+
+// Tracker is the profile's GPU accounting: how it reads nodes and requests.
+func (d *Deployed) Tracker() *gpu.Tracker { return gpufit.TrackerOf(d.fw) }
+
+// Workload is the target workload GPUScore measures fragmentation against
+// (its static tasks, or what it learned from the pods seen); nil if none.
+func (d *Deployed) Workload() *gpu.Workload { return gpufit.WorkloadOf(d.fw) }
+
+// WhatIf places pods, one after the other, on a copy of a cluster (its nodes
+// and the pods bound to them) through the real framework profile, and says
+// where each would go and which stay pending. Nothing is written anywhere:
+// a placed pod is reserved and added to the copy, as the scheduler assumes
+// it before binding. seen are as in NewDeployed.
+func WhatIf(ctx context.Context, prof *config.KubeSchedulerProfile, nodes []*v1.Node, bound, seen, pods []*v1.Pod) ([]WhatIfPlacement, error) {
+	d, err := NewDeployed(ctx, prof, nodes, bound, seen)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.Place(ctx, pods)
+}
+
+// Place places pods, one after the other, as WhatIf says; each placed pod
+// stays assumed on the copy.
+func (d *Deployed) Place(ctx context.Context, pods []*v1.Pod) ([]WhatIfPlacement, error) {
+	fw, cluster, prof := d.fw, d.cluster, d.fw.ProfileName()
 	out := make([]WhatIfPlacement, 0, len(pods))
 	for i, p := range pods {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		pod := p.DeepCopy()
-		pod.Spec.SchedulerName = prof.SchedulerName
+		pod.Spec.SchedulerName = prof
 		pod.Spec.NodeName = ""
 		if pod.Namespace == "" {
 			pod.Namespace = "default"

@@ -73,6 +73,9 @@ func TestHelmChart(t *testing.T) {
 			set: []string{"nodeAgent=plain", "accountingOnlySharing=true", "replicaCount=3", "pluginArgs.GPUScore.policy=BestFit",
 				"pluginArgs.GPUPreemption.minCandidateNodesAbsolute=50", "featureGates.GenericWorkload=true", "image.tag=v9.9.9",
 				"monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true", "monitoring.dashboard.enabled=true",
+				"monitoring.serviceMonitor.labels.release=kps", "monitoring.prometheusRule.labels.release=kps",
+				"nodeSelector.node-role\\.kubernetes\\.io/control-plane=", "tolerations[0].key=node-role.kubernetes.io/control-plane",
+				"tolerations[0].operator=Exists", "tolerations[0].effect=NoSchedule",
 				"admissionPolicy.enabled=false"},
 			check: func(t *testing.T, objs []*unstructured.Unstructured, score *ourconfig.GPUScoreArgs, fit *ourconfig.GPUFitArgs) {
 				if score.Policy != "BestFit" || fit.HAMi.Enabled || !fit.AccountingOnlySharing {
@@ -89,6 +92,14 @@ func TestHelmChart(t *testing.T) {
 						if n != "3" || c["image"] != "gpu-scheduler:v9.9.9" || !strings.Contains(strings.Join(toStrings(c["args"]), " "), "--feature-gates=GenericWorkload=true") {
 							t.Errorf("deployment: replicas %s, image %v, args %v", n, c["image"], c["args"])
 						}
+						tol, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "tolerations")
+						sel, _, _ := unstructured.NestedStringMap(o.Object, "spec", "template", "spec", "nodeSelector")
+						if _, ok := sel["node-role.kubernetes.io/control-plane"]; !ok || len(tol) != 1 {
+							t.Errorf("deployment: nodeSelector %v, tolerations %v", sel, tol)
+						}
+					}
+					if o.GetAPIVersion() == "monitoring.coreos.com/v1" && o.GetLabels()["release"] != "kps" {
+						t.Errorf("%s: labels %v, want release=kps", o.GetKind(), o.GetLabels())
 					}
 				}
 				for _, k := range []string{"ServiceMonitor", "PrometheusRule", "Service"} {
@@ -142,6 +153,15 @@ func TestHelmChart(t *testing.T) {
 			if score == nil || fit == nil {
 				t.Fatal("no GPUScore or GPUFit args in the rendered configuration")
 			}
+			// The prometheus-operator objects against their Go types,
+			// strictly, and the PrometheusRule's rules as promtool reads them.
+			rendered := filepath.Join(t.TempDir(), "rendered.yaml")
+			if err := os.WriteFile(rendered, []byte(out), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := exec.Command(filepath.Join(harness.BinDir(), "promrules"), "-objects", rendered).CombinedOutput(); err != nil {
+				t.Errorf("promrules -objects: %v\n%s", err, res)
+			}
 			tc.check(t, objs, score, fit)
 		})
 	}
@@ -160,8 +180,14 @@ func TestHelmChart(t *testing.T) {
 	if want := strings.TrimPrefix(string(manifests.Deployment), "# Generated from charts/gpu-scheduler (default values) by make manifests. Do not edit.\n"); strings.Join(kept, "\n") != want {
 		t.Errorf("manifests/deployment.yaml is not the chart's rendering: run make manifests")
 	}
-	if out, err := helm(t, "template", "x", chart, "--namespace", "kube-system", "--kube-version", "1.37.2", "--set", "nodeAgent=other"); err == nil || !strings.Contains(out, "nodeAgent must be hami or plain") {
+	if out, err := helm(t, "template", "x", chart, "--namespace", "kube-system", "--kube-version", "1.37.2", "--set", "nodeAgent=other"); err == nil || !strings.Contains(out, "nodeAgent") || !strings.Contains(out, "'hami', 'plain'") {
 		t.Errorf("an unknown nodeAgent: %v\n%s", err, out)
+	}
+	// values.schema.json: a misspelt plugin or value is refused, not ignored.
+	for _, bad := range []string{"pluginArgs.GpuScore.policy=BestFit", "replicaCount=0", "monitoring.serviceMonitor.intervall=1m", "image.pullPolicy=Sometimes"} {
+		if out, err := helm(t, "template", "x", chart, "--namespace", "kube-system", "--kube-version", "1.37.2", "--set", bad); err == nil || !strings.Contains(out, "schema") {
+			t.Errorf("--set %s: %v\n%s", bad, err, out)
+		}
 	}
 	if out, err := helm(t, "template", "x", chart, "--namespace", "kube-system", "--kube-version", "1.37.2", "--set", "leaderElection=false"); err == nil || !strings.Contains(out, "several active schedulers") {
 		t.Errorf("two replicas without leader election: %v\n%s", err, out)

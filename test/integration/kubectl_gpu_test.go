@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -65,6 +67,9 @@ func TestKubectlGPU(t *testing.T) {
 		"nodes":   {"nodes"},
 		"pending": {"pending"},
 		"frag":    {"frag", "--workload", "testdata/workload.yaml"},
+		// The profile's own target workload, from --config (else the
+		// deployed ConfigMap, else the shipped configuration).
+		"frag-static": {"frag", "--config", "testdata/static-config.yaml"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got := run(args...)
@@ -111,4 +116,74 @@ func squeeze(s string) string {
 		lines = append(lines, strings.Join(strings.Fields(l), " "))
 	}
 	return strings.Join(lines, "\n")
+}
+
+// make dist's archive and krew manifest, installed by krew itself (from its
+// Go module) into a scratch KREW_ROOT: the plugin it installs runs against
+// the cluster, and an archive whose checksum is not the manifest's is
+// refused.
+func TestKrewInstall(t *testing.T) {
+	krew := filepath.Join(harness.BinDir(), "krew")
+	if _, err := os.Stat(krew); err != nil {
+		t.Fatalf("%s: %v (make %s)", krew, err, krew)
+	}
+	dist := t.TempDir()
+	platform := runtime.GOOS + "_" + runtime.GOARCH
+	mk := exec.Command("make", "-s", "-C", harness.RepoRoot(), "dist", "DIST="+dist, "DIST_PLATFORMS="+runtime.GOOS+"/"+runtime.GOARCH)
+	if out, err := mk.CombinedOutput(); err != nil {
+		t.Fatalf("make dist: %v\n%s", err, out)
+	}
+	manifest := filepath.Join(dist, "gpu.yaml")
+	archive := filepath.Join(dist, "kubectl-gpu_"+platform+".tar.gz")
+	data, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, err := os.ReadFile(filepath.Join(harness.RepoRoot(), "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"name: gpu", "version: " + strings.TrimSpace(string(version)), "os: " + runtime.GOOS,
+		"/releases/download/" + strings.TrimSpace(string(version)) + "/kubectl-gpu_" + platform + ".tar.gz"} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("manifest lacks %q:\n%s", want, data)
+		}
+	}
+	root := t.TempDir()
+	install := func(manifest string) (string, error) {
+		cmd := exec.Command(krew, "install", "--manifest="+manifest, "--archive="+archive)
+		cmd.Env = append(os.Environ(), "KREW_ROOT="+root)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	// One changed digit of the checksum.
+	sum := regexp.MustCompile(`sha256: ([0-9a-f]{64})`).FindStringSubmatch(string(data))
+	if sum == nil {
+		t.Fatalf("no sha256 in the manifest:\n%s", data)
+	}
+	flipped := "0"
+	if sum[1][0] == '0' {
+		flipped = "1"
+	}
+	bad := filepath.Join(dist, "bad.yaml")
+	if err := os.WriteFile(bad, []byte(strings.Replace(string(data), sum[1], flipped+sum[1][1:], 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := install(bad); err == nil {
+		t.Errorf("krew installed an archive against a wrong checksum:\n%s", out)
+	}
+	if out, err := install(manifest); err != nil {
+		t.Fatalf("krew install: %v\n%s", err, out)
+	}
+	plugin := filepath.Join(root, "bin", "kubectl-gpu")
+	out, err := exec.Command(plugin, "--version").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "kubectl-gpu "+strings.TrimSpace(string(version)) {
+		t.Errorf("installed kubectl-gpu --version: %q, %v", out, err)
+	}
+	s := cluster.NewScope(t)
+	s.AddNodes(fleet.Node{Name: "t4", CPU: "16", Memory: "64Gi", GPUs: 2, Model: "Tesla-T4"})
+	out, err = exec.Command(plugin, "nodes", "--kubeconfig", cluster.Kubeconfig, "-l", harness.LabelScope+"="+s.ID).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "0 of 2000m") {
+		t.Errorf("installed kubectl-gpu nodes: %v\n%s", err, out)
+	}
 }

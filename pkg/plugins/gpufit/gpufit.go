@@ -342,6 +342,10 @@ func (pl *GPUFit) trackPending(obj interface{}) {
 // GPUFit (tools that drive a framework, as kubectl gpu whatif does).
 func TrackerOf(h fwk.Handle) *gpu.Tracker { return shared.For(h).Tracker() }
 
+// WorkloadOf is the target workload GPUScore measures fragmentation against
+// in h's profile: static, or learned from the pods GPUFit saw.
+func WorkloadOf(h fwk.Handle) *gpu.Workload { return shared.For(h).Workload() }
+
 // Shared exposes the profile's GPU state to the requeue reconciler.
 func (pl *GPUFit) Shared() *shared.Shared { return pl.shared }
 
