@@ -15,7 +15,7 @@ LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.37.2 \
 PKGS := ./...
 UNIT_PKGS = $$($(GO) list ./... | grep -v /test/)
 
-.PHONY: all build binaries run test unit integration e2e e2e-kind image lint dist bench bench-requeue bench-openb bench-throughput bench-churn fuzz manifests clean help
+.PHONY: all build binaries run test unit integration e2e e2e-kind image lint dist bench bench-requeue bench-openb bench-dynamic bench-throughput bench-churn fuzz manifests clean help
 
 all: build
 
@@ -161,6 +161,19 @@ $(BIN)/gpu-sim: FORCE
 bench-openb: $(BIN)/gpu-sim
 	$(BIN)/gpu-sim --trace-dir $(OPENB_TRACE) --workload grid --policy $(OPENB_POLICIES) --seeds 42-51 --tune 1.3 \
 		--parallel $(PARALLEL) --out $(OPENB_OUT) $(if $(JSON),--json > $(JSON),)
+
+# The openb trace with departures (gpu-sim --mode dynamic): arrivals at
+# creation_time compressed into DYN_SPAN, each pod running its trace
+# duration, waiting pods in the scheduler's own queue; wait times and
+# time-averaged allocation per policy (docs/benchmarks.md).
+DYN_WORKLOADS ?= default
+DYN_POLICIES ?= learned,fgd-pure,bestfit,packing,spread,vanilla
+DYN_SEEDS ?= 42-44
+DYN_SPAN ?= 30m
+DYN_OUT ?= out/dynamic
+bench-dynamic: $(BIN)/gpu-sim
+	$(BIN)/gpu-sim --mode dynamic --trace-dir $(OPENB_TRACE) --workload $(DYN_WORKLOADS) --policy $(DYN_POLICIES) \
+		--seeds $(DYN_SEEDS) --tune 1.3 --arrival-span $(DYN_SPAN) --out $(DYN_OUT)
 
 # Scheduling throughput of gpu-scheduler beside the vanilla kube-scheduler,
 # same control plane, same pods: (a) vanilla / (b) ours on CPU-only pods,

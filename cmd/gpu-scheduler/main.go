@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/spf13/cobra"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/component-base/cli"
 	_ "k8s.io/component-base/logs/json/register" // JSON log format
@@ -18,6 +19,7 @@ import (
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/pkg/features"
 
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/offline"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/version"
 )
@@ -40,5 +42,27 @@ It is the upstream kube-scheduler v1.37.2 with three plugins: GPUFit (per-device
 filtering, reservations, the assignment annotation), GPUScore (fragmentation-aware
 placement) and LeastRequested (CPU/memory spread). Give it a
 KubeSchedulerConfiguration with --config; see manifests/ and docs/api.md.`, version.Version)
+	run := cmd.RunE
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		if !leaderElects(c) {
+			plugins.SetNoLeaderElection()
+		}
+		return run(c, args)
+	}
 	os.Exit(cli.Run(cmd))
+}
+
+// leaderElects reads, as kube-scheduler does, whether leader election runs:
+// --leader-elect when given, else the configuration file's, else on. A
+// configuration that does not load is left for kube-scheduler to report.
+func leaderElects(c *cobra.Command) bool {
+	if f := c.Flags().Lookup("leader-elect"); f != nil && f.Changed {
+		return f.Value.String() == "true"
+	}
+	if f := c.Flags().Lookup("config"); f != nil && f.Value.String() != "" {
+		if cfg, err := offline.LoadConfigFile(f.Value.String()); err == nil {
+			return cfg.LeaderElection.LeaderElect
+		}
+	}
+	return true
 }

@@ -68,12 +68,23 @@ func main() {
 	memProfile := flag.String("memprofile", "", "write a heap profile at the end")
 	zoom := flag.Int("zoom", 80, "plot arrivals from this percent (0: all)")
 	tieOrder := flag.String("tie-order", simulator.TieHash, "last tie-break: hash (the shipped stable node order) or reference (the published simulator's: smallest renamed node first)")
+	mode := flag.String("mode", "static", "static (the published method: arrivals only) or dynamic (arrivals at creation_time, departures after the trace's run time, waiting pods in the scheduling queue)")
+	span := flag.Duration("arrival-span", 30*time.Minute, "dynamic: the trace's arrival times are compressed linearly into this simulated span")
 	placements := flag.Bool("placements", false, "write each run's placements to --out/placements/<workload>-<policy>-seed<N>.csv (pod,node,devices,milli_per_device,cpu_milli,memory_mib,gpu_spec,arrival_index)")
 	flag.Usage = usage
 	klog.InitFlags(nil)
 	flag.Set("v", "0")
 	flag.Parse()
-	if err := run(*traceDir, *workloads, *policies, *seeds, *tune, *out, *parallel, *asJSON, *resume, *limit, *cpuProfile, *memProfile, *zoom, *placements, *tieOrder); err != nil {
+	var err error
+	switch *mode {
+	case "static":
+		err = run(*traceDir, *workloads, *policies, *seeds, *tune, *out, *parallel, *asJSON, *resume, *limit, *cpuProfile, *memProfile, *zoom, *placements, *tieOrder)
+	case "dynamic":
+		err = runDynamic(*traceDir, *workloads, *policies, *seeds, *tune, *span, *out, *limit, *tieOrder)
+	default:
+		err = fmt.Errorf("--mode %q: want static or dynamic", *mode)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpu-sim:", err)
 		os.Exit(1)
 	}

@@ -262,9 +262,28 @@ func TestRoomAndKinds(t *testing.T) {
 		if cpu == 0 {
 			cpu = 1 << 40
 		}
-		if got := st.Room(&tc.task, cpu, 1<<40); got != tc.want {
+		if got := st.Room(&tc.task, cpu, 1<<40, false); got != tc.want {
 			t.Errorf("%s: %d, want %d", name, got, tc.want)
 		}
+	}
+	// Where shares must be delivered, a node without an agent takes none
+	// (whole GPUs still); on an agent's node the free slots bound them.
+	if got := st.Room(&Task{Milli: 300, Count: 1}, 1<<40, 1<<40, true); got != 0 {
+		t.Errorf("shares on a plain node that must deliver them: %d, want 0", got)
+	}
+	if got := st.Room(&Task{Milli: 1000, Count: 2}, 1<<40, 1<<40, true); got != 1 {
+		t.Errorf("whole GPUs on a plain node: %d, want 1", got)
+	}
+	shares, _ := NewWorkload([]Task{{Milli: 300, Count: 1, Weight: 1}})
+	if got, idle := FragAt(shares, st, 1<<40, true), float64(st.Idle()); got != idle {
+		t.Errorf("a share-only workload on a plain node that must deliver shares: fragmentation %v, want all the idle %v", got, idle)
+	}
+	if got := FragAt(shares, st, 1<<40, false); got >= float64(st.Idle()) {
+		t.Errorf("accounting-only shares: fragmentation %v, want less than the idle %d", got, st.Idle())
+	}
+	ag := NewTracker(agentOpts).Compute(agentNode("n", "A:80000:100:2,B:80000:100:4"), nil, 0, 0, "", false)
+	if got := ag.Room(&Task{Milli: 100, Count: 1}, 1<<40, 1<<40, true); got != 2+4 {
+		t.Errorf("100m shares on devices of 2 and 4 slots: %d, want 6", got)
 	}
 	wl, _ := NewWorkload([]Task{{Milli: 500, Count: 1, CPU: 4000, Weight: 1}, {Milli: 1000, Count: 2, CPU: 16000, Memory: 65536, Models: a100, Weight: 3}, {CPU: 1000, Weight: 5}})
 	var kinds []string

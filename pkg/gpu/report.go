@@ -11,21 +11,35 @@ import (
 // FragAt is the node's fragmentation against the workload with the given
 // CPU (milli) left on it: the idle milli-GPU the workload's typical tasks
 // could not use, expected by their shares (memory not counted, as in the
-// published metric).
-func FragAt(w *Workload, s *NodeState, cpuFree int64) float64 {
+// published metric). With needsDelivery, shares cannot use a node whose
+// agent does not deliver them, as the scheduler places them.
+func FragAt(w *Workload, s *NodeState, cpuFree int64, needsDelivery bool) float64 {
 	if s.Count == 0 {
 		return 0
 	}
 	var match [maskWords]uint64
 	w.matchMask(s, &match)
+	if needsDelivery && !s.Delivers() {
+		for i := range w.tasks {
+			if t := &w.tasks[i]; t.Count == 1 && t.Milli > 0 && t.Milli < MilliPerGPU {
+				match[i/64] &^= 1 << uint(i%64)
+			}
+		}
+	}
 	return w.frag(&s.Free, s.Count, cpuFree, math.MaxInt64, &match)
 }
 
 // Room is how many more pods of a GPU task the node could take on its own:
-// shares by device, whole GPUs by free devices, bounded by the CPU (milli)
-// and memory (MiB) left.
-func (s *NodeState) Room(t *Task, cpuFree, memFreeMiB int64) int64 {
+// shares by device (and by the agent's free slots), whole GPUs by free
+// devices, bounded by the CPU (milli) and memory (MiB) left. With
+// needsDelivery, as the scheduler places shares (accountingOnlySharing
+// off), a node whose agent does not deliver shares takes none.
+func (s *NodeState) Room(t *Task, cpuFree, memFreeMiB int64, needsDelivery bool) int64 {
 	if t.Milli == 0 || t.Count == 0 || s.Count == 0 || s.Overcommitted {
+		return 0
+	}
+	share := t.Count == 1 && t.Milli < MilliPerGPU
+	if share && needsDelivery && !s.Delivers() {
 		return 0
 	}
 	var n int64
@@ -39,13 +53,17 @@ func (s *NodeState) Room(t *Task, cpuFree, memFreeMiB int64) int64 {
 		if !t.Models.Empty() && !t.Models.Matches(model, fold) {
 			continue
 		}
-		if t.Count == 1 && t.Milli < MilliPerGPU {
-			n += int64(s.Free[i] / t.Milli)
+		if share {
+			k := int64(s.Free[i] / t.Milli)
+			if s.agent != nil {
+				k = min(k, int64(max(s.agent.devs[i].Slots-s.agent.slots[i], 0)))
+			}
+			n += k
 		} else if s.Free[i] == MilliPerGPU {
 			whole++
 		}
 	}
-	if !(t.Count == 1 && t.Milli < MilliPerGPU) {
+	if !share {
 		n = whole / int64(t.Count)
 	}
 	if t.CPU > 0 {

@@ -87,9 +87,13 @@ func (o *Options) Frag(ctx context.Context) (*FragReport, error) {
 		if st.Usable() == 0 {
 			continue
 		}
-		nf := NodeFrag{Name: n.Name, Model: st.Model, IdleMilli: st.Idle(), FragMilli: gpu.FragAt(wl, st, cpuFree)}
+		nf := NodeFrag{Name: n.Name, Model: st.Model, IdleMilli: st.Idle(), FragMilli: gpu.FragAt(wl, st, cpuFree, c.ropts.NeedsDelivery)}
 		for k := range tasks {
-			room := st.Room(&tasks[k], cpuFree, memFree)
+			var room int64
+			if !n.Spec.Unschedulable {
+				// Cordoned: no more pods, as the scheduler's metric counts.
+				room = st.Room(&tasks[k], cpuFree, memFree, c.ropts.NeedsDelivery)
+			}
 			nf.Placeable = append(nf.Placeable, room)
 			r.Kinds[k].Placeable += room
 		}

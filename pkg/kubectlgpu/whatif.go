@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	corev1defaults "k8s.io/kubernetes/pkg/apis/core/v1"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	"github.com/gpu-scheduler/gpu-scheduler/manifests"
@@ -109,6 +110,12 @@ func (o *Options) view(ctx context.Context, policy string) (*view, error) {
 		return nil, fmt.Errorf("%s: %w", from, err)
 	}
 	v := &view{cluster: c, Deployed: d, from: from, prof: prof, ropts: d.Tracker().RequestOptions()}
+	for _, pc := range prof.PluginConfig {
+		if a, ok := pc.Args.(*ourconfig.GPUFitArgs); ok {
+			// As GPUFit reads requests: shares only where delivered.
+			v.ropts.NeedsDelivery = !a.AccountingOnlySharing
+		}
+	}
 	for _, p := range seen {
 		if gpu.UsesGPU(p, v.ropts) {
 			v.seen++
@@ -141,6 +148,9 @@ func decodePods(data []byte) ([]*v1.Pod, error) {
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, p); err != nil {
 			return nil, fmt.Errorf("pod %s: %w", o.GetName(), err)
 		}
+		// What the API server's defaulting would make of it: above all,
+		// requests from limits (GPUs are usually written as limits only).
+		corev1defaults.SetObjectDefaults_Pod(p)
 		pods = append(pods, p)
 	}
 	if len(pods) == 0 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -51,6 +52,16 @@ func (c *Cluster) Bind(pod *v1.Pod) error {
 	}
 	c.nodes[i].(*framework.NodeInfo).AddPod(pod)
 	return nil
+}
+
+// Remove takes a bound pod off its node, as the scheduler's cache does when
+// the pod is deleted.
+func (c *Cluster) Remove(pod *v1.Pod) error {
+	i, ok := c.byName[pod.Spec.NodeName]
+	if !ok {
+		return fmt.Errorf("pod %s/%s: no node %q", pod.Namespace, pod.Name, pod.Spec.NodeName)
+	}
+	return c.nodes[i].(*framework.NodeInfo).RemovePod(klog.Background(), pod)
 }
 
 type nodeLister Cluster

@@ -9,6 +9,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpufit"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpupreemption"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpuscore"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/internal/shared"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/leastrequested"
 )
 
@@ -30,3 +31,8 @@ func Options() []app.Option {
 	}
 	return opts
 }
+
+// SetNoLeaderElection tells the plugins that this process runs without
+// leader election: it leads from the start (its metrics and reasons are
+// published before any pod is scheduled).
+func SetNoLeaderElection() { shared.SetNoLeaderElection() }

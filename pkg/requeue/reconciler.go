@@ -728,6 +728,7 @@ func (r *Reconciler) exportAllocation() {
 		tasks = gpu.TopGPUTasks(wl, maxTaskSeries)
 	}
 	room := make([]int64, len(tasks))
+	needsDelivery := r.reqOpts.NeedsDelivery
 	var idle int64
 	var frag float64
 	var rows []nodeRow
@@ -743,12 +744,12 @@ func (r *Reconciler) exportAllocation() {
 			row.allocated, row.capacity = usable*gpu.MilliPerGPU-st.Idle(), usable*gpu.MilliPerGPU
 			idle += st.Idle()
 			if wl != nil {
-				row.frag, row.hasFrag = gpu.FragAt(wl, st, cpuFree), true
+				row.frag, row.hasFrag = gpu.FragAt(wl, st, cpuFree, needsDelivery), true
 				frag += row.frag
 			}
 			if !nv.node.Spec.Unschedulable {
 				for i := range tasks {
-					room[i] += st.Room(&tasks[i], cpuFree, memFree)
+					room[i] += st.Room(&tasks[i], cpuFree, memFree, needsDelivery)
 				}
 			}
 		}

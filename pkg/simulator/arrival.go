@@ -71,7 +71,15 @@ func NewArrival(t *Trace, seed int64, tune float64) (*Arrival, error) {
 	}
 	a.Pods, a.Requested = pods, requested
 
-	nodes := append([]NodeRow(nil), t.Nodes...)
+	a.Nodes = rankNodes(r, t.Nodes)
+	return a, nil
+}
+
+// rankNodes is step 5 of NewArrival: the nodes, sorted by name, get a random
+// rank (Perm) and are renamed with it, so that ties between equal nodes go
+// to a fresh random order per seed, as the original's renamed nodes do.
+func rankNodes(r *rand.Rand, rows []NodeRow) []NodeRow {
+	nodes := append([]NodeRow(nil), rows...)
 	sort.SliceStable(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	perm := r.Perm(len(nodes))
 	order := make([]int, len(nodes))
@@ -79,12 +87,11 @@ func NewArrival(t *Trace, seed int64, tune float64) (*Arrival, error) {
 		order[i] = i
 	}
 	sort.Slice(order, func(x, y int) bool { return perm[order[x]] < perm[order[y]] })
+	out := make([]NodeRow, 0, len(nodes))
 	for _, i := range order {
-		// Renamed as the original renames them: equal nodes are then ranked
-		// by a fresh random order per seed, whatever breaks the tie.
 		n := nodes[i]
 		n.Name = fmt.Sprintf("%04d-%s", perm[i], n.Name)
-		a.Nodes = append(a.Nodes, n)
+		out = append(out, n)
 	}
-	return a, nil
+	return out
 }

@@ -116,6 +116,30 @@ func (c *Checker) Add(row PodRow, p Placement) {
 	}
 }
 
+// Remove records that a bound pod left its node (the dynamic replay).
+func (c *Checker) Remove(row PodRow, p Placement) {
+	n := c.nodes[p.Node]
+	if n == nil {
+		return
+	}
+	n.cpu -= row.CPUMilli
+	n.mem -= row.MemoryMiB
+	c.requested -= row.GPURequest()
+	if row.NumGPU == 0 {
+		return
+	}
+	if c.wholeOnly {
+		n.wholeUsed -= row.NumGPU
+		return
+	}
+	for _, d := range p.Devices {
+		if d >= 0 && d < len(n.free) {
+			n.free[d] += p.Milli
+			c.devices -= int64(p.Milli)
+		}
+	}
+}
+
 // Finish checks the reported allocated milli and returns every violation
 // found (nil: the replay holds).
 func (c *Checker) Finish(reportedAllocated int64) error {

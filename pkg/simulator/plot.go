@@ -75,3 +75,48 @@ func PlotCurves(path, workload string, curves map[Policy][]Curve, published []Cu
 	_ = draw.PosLeft
 	return p.Save(9*vg.Inch, 5.5*vg.Inch, path)
 }
+
+// PlotDynamic draws, for one workload, the GPU allocation over simulated
+// time of each policy's first seed, up to until seconds.
+func PlotDynamic(path, workload string, runs map[Policy]*DynamicResult, until float64) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("openb %s with departures: GPU allocation over time", workload)
+	p.X.Label.Text = "simulated time (minutes)"
+	p.Y.Label.Text = "GPU allocation (% of milli-GPU capacity)"
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Add(plotter.NewGrid())
+	fgdPure := color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
+	for _, pol := range Policies {
+		r := runs[pol]
+		if r == nil {
+			continue
+		}
+		var pts plotter.XYs
+		for _, s := range r.Samples {
+			if s.T > until {
+				break
+			}
+			// A step: the level held until this event, then the new one.
+			y := 100 * float64(s.Allocated) / float64(r.Capacity)
+			if n := len(pts); n > 0 {
+				pts = append(pts, plotter.XY{X: s.T / 60, Y: pts[n-1].Y})
+			}
+			pts = append(pts, plotter.XY{X: s.T / 60, Y: y})
+		}
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return err
+		}
+		c, ok := palette[pol]
+		if !ok {
+			c = fgdPure
+		}
+		l.Color = c
+		l.Width = vg.Points(1.2)
+		p.Add(l)
+		p.Legend.Add(fmt.Sprintf("%s (seed %d)", pol, r.Seed), l)
+	}
+	p.X.Min, p.X.Max = 0, until/60
+	return p.Save(9*vg.Inch, 5.5*vg.Inch, path)
+}

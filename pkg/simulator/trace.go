@@ -36,6 +36,10 @@ type PodRow struct {
 	GPUMilli int
 	// Models is the allowed set (empty: any).
 	Models []string
+	// Created and Deleted are the trace's creation_time and deletion_time
+	// (seconds; 0 when the trace has none): the dynamic replay's arrival
+	// and run time.
+	Created, Deleted int64
 }
 
 // GPURequest is the pod's total GPU request in milli (G_p = m·k).
@@ -256,6 +260,12 @@ func LoadPods(path string) ([]PodRow, error) {
 			return nil, err
 		}
 		if m, err = t.int(row, "gpu_milli"); err != nil {
+			return nil, err
+		}
+		if p.Created, err = t.int(row, "creation_time"); err != nil {
+			return nil, err
+		}
+		if p.Deleted, err = t.int(row, "deletion_time"); err != nil {
 			return nil, err
 		}
 		if k > 0 {

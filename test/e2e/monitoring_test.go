@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -65,4 +66,45 @@ func TestMonitoringMetricsExported(t *testing.T) {
 		t.Fatalf("not exported by the leading gpu-scheduler:\n%s", strings.Join(missing, "\n"))
 	}
 	t.Logf("%d metrics of the dashboard and the alert rules are exported", len(want))
+}
+
+// Without leader election (one replica, leaderElect: false), the scheduler
+// leads from the start: gpu_scheduler_leader is 1 and the GPU gauges are
+// published before it has scheduled anything (else the no-leader alert
+// fires on an idle cluster).
+func TestLeadsWithoutLeaderElection(t *testing.T) {
+	if !cluster.Local() {
+		t.Skip("needs the local control plane")
+	}
+	s := cluster.NewScope(t)
+	s.AddNodes(fleet.Node{Name: "n", CPU: "16", Memory: "64Gi", GPUs: 2, Model: "Tesla-T4", MemoryMiB: 15360})
+	profile := "gpu-scheduler-noelection"
+	sched, err := harness.StartProfile(context.Background(), cluster, filepath.Join(harness.BinDir(), "gpu-scheduler"), profile, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sched.Stop(5 * time.Second)
+	var last string
+	err = wait.PollUntilContextTimeout(s.Ctx, time.Second, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, body, err := sched.Get(ctx, "/metrics")
+		if err != nil {
+			return false, nil
+		}
+		last = ""
+		lead, capacity := false, false
+		for _, line := range strings.Split(body, "\n") {
+			switch {
+			case line == "gpu_scheduler_leader 1":
+				lead = true
+			case strings.HasPrefix(line, "gpu_scheduler_capacity_milli{"):
+				capacity = true
+			case strings.HasPrefix(line, "gpu_scheduler_leader"):
+				last = line
+			}
+		}
+		return lead && capacity, nil
+	})
+	if err != nil {
+		t.Fatalf("an idle gpu-scheduler without leader election does not lead (%q) or publishes no GPU capacity", last)
+	}
 }

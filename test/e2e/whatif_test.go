@@ -56,6 +56,15 @@ func TestWhatIfMatchesScheduling(t *testing.T) {
 		spec.Scheduler = profile
 		p := s.Pod(spec)
 		p.APIVersion, p.Kind = "v1", "Pod"
+		// As users write GPUs: limits only (the API server defaults the
+		// requests of the pods created; whatif must do the same).
+		for i := range p.Spec.Containers {
+			for name := range p.Spec.Containers[i].Resources.Limits {
+				if strings.HasPrefix(string(name), "nvidia.com/") {
+					delete(p.Spec.Containers[i].Resources.Requests, name)
+				}
+			}
+		}
 		b, err := yaml.Marshal(p)
 		if err != nil {
 			t.Fatal(err)

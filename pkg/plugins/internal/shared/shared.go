@@ -157,11 +157,23 @@ func (s *Shared) SetScheduling() { s.acc.scheduling.Store(true) }
 // this process holds the lease.
 const leaderMetric = "leader_election_master_status"
 
-// Leading reports whether this process leads: the leader-election gauge of
-// this process when leader election runs (read at most every 2 s), otherwise
-// whether it has run a scheduling cycle. Standbys keep their hands off the
-// cluster; a new leader with nothing to schedule still reports.
+// noLeaderElection is set by the binary when its configuration turns leader
+// election off: the process is then the only scheduler and leads from the
+// start.
+var noLeaderElection atomic.Bool
+
+// SetNoLeaderElection says that this process runs without leader election.
+func SetNoLeaderElection() { noLeaderElection.Store(true) }
+
+// Leading reports whether this process leads: always without leader
+// election; else the leader-election gauge of this process (read at most
+// every 2 s), or, before the gauge exists, whether it has run a scheduling
+// cycle. Standbys keep their hands off the cluster; a new leader with
+// nothing to schedule still reports.
 func (s *Shared) Leading() bool {
+	if noLeaderElection.Load() {
+		return true
+	}
 	a := s.acc
 	now := time.Now().UnixNano()
 	if now-a.leadingAt.Load() < int64(2*time.Second) {
