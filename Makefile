@@ -75,7 +75,9 @@ manifests: $(BIN)/helm
 	rm manifests/deployment.yaml.tmp
 
 # Release archives of kubectl-gpu (kubectl-gpu_<os>_<arch>.tar.gz, the binary
-# and LICENSE) and the krew manifest with their checksums, in $(DIST). Upload
+# and LICENSE: static, no cgo; built and packed reproducibly, so a rebuild of
+# the same commit gives the same checksums) and the krew manifest with their
+# checksums, in $(DIST). Upload
 # the archives to RELEASE_URL; the manifest points there.
 DIST ?= $(CURDIR)/out/dist
 DIST_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64
@@ -85,8 +87,10 @@ dist:
 	set -e; for p in $(DIST_PLATFORMS); do \
 	  os=$${p%/*}; arch=$${p#*/}; exe=kubectl-gpu; [ $$os = windows ] && exe=kubectl-gpu.exe; \
 	  d=$(DIST)/kubectl-gpu_$${os}_$${arch}; mkdir -p $$d; \
-	  GOOS=$$os GOARCH=$$arch $(GO) build -ldflags "-s -w $(LDFLAGS)" -o $$d/$$exe ./cmd/kubectl-gpu; \
-	  cp LICENSE $$d/; tar -czf $$d.tar.gz -C $$d $$exe LICENSE; rm -rf $$d; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $$d/$$exe ./cmd/kubectl-gpu; \
+	  cp LICENSE $$d/; \
+	  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - -C $$d $$exe LICENSE | gzip -n > $$d.tar.gz; \
+	  rm -rf $$d; \
 	done
 	$(GO) run ./hack/krewmanifest -version $(VERSION) -url $(RELEASE_URL) $(DIST)/*.tar.gz > $(DIST)/gpu.yaml
 	@echo "$(DIST)/gpu.yaml: the krew manifest"

@@ -13,7 +13,6 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/kubectlgpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/version"
 )
@@ -66,7 +65,7 @@ func newCommand() *cobra.Command {
 	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "", "output format: json or yaml (default: a table)")
 	root.PersistentFlags().StringVarP(&o.Selector, "selector", "l", "", "only the nodes with these labels")
 	root.PersistentFlags().BoolVarP(&all, "all-namespaces", "A", false, "pods of every namespace (the default unless -n is given)")
-	root.PersistentFlags().StringVar(&o.SchedulerName, "scheduler-name", gpu.SchedulerName, "the scheduler profile whose accounting, target workload and pods are shown")
+	root.PersistentFlags().StringVar(&o.SchedulerName, "scheduler-name", "", "the scheduler profile whose accounting, target workload and pods are shown (default: the configuration's only profile, else gpu-scheduler)")
 	root.PersistentFlags().StringVar(&configFile, "config", "", "a KubeSchedulerConfiguration to read the profile from (default: the deployed one, kube-system/gpu-scheduler-config, else the shipped one)")
 	run := func(f func(context.Context) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, _ []string) error { return f(cmd.Context()) }

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/bits"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -29,7 +28,8 @@ type Options struct {
 	// Output is "" (a table), "json" or "yaml".
 	Output string
 	// SchedulerName is the profile whose accounting, target workload and
-	// pods are shown.
+	// pods are shown; "" picks the configuration's only profile, else
+	// gpu-scheduler.
 	SchedulerName string
 	// Config is a KubeSchedulerConfiguration; nil reads the deployed one
 	// (the ConfigMap kube-system/gpu-scheduler-config), else the shipped
@@ -82,10 +82,16 @@ type Device struct {
 	Model string `json:"model,omitempty"`
 	// AllocatedMilli is what the pods on it hold, in milli-GPU.
 	AllocatedMilli int32 `json:"allocatedMilli"`
-	// MemoryMiB and Cores are the agent's dimensions, where it reports them.
-	MemoryMiB int64    `json:"memoryMiB,omitempty"`
-	Healthy   bool     `json:"healthy"`
-	Pods      []string `json:"pods,omitempty"`
+	// MemoryMiB is the device's memory, where the agent reports it; the
+	// agent's dimensions held (memory in MiB, cores out of 100, containers
+	// sharing it out of Slots) follow.
+	MemoryMiB     int64    `json:"memoryMiB,omitempty"`
+	UsedMemoryMiB int64    `json:"usedMemoryMiB,omitempty"`
+	UsedCores     int32    `json:"usedCores,omitempty"`
+	UsedSlots     int32    `json:"usedSlots,omitempty"`
+	Slots         int32    `json:"slots,omitempty"`
+	Healthy       bool     `json:"healthy"`
+	Pods          []string `json:"pods,omitempty"`
 }
 
 // Node is one GPU node.
@@ -129,11 +135,17 @@ func (o *Options) Nodes(ctx context.Context) (*NodesReport, error) {
 			if st.Devices != nil {
 				inv := st.Devices[d]
 				dev.UUID, dev.Model, dev.Healthy, dev.MemoryMiB = inv.UUID, inv.Model, inv.Healthy && !inv.Cordoned, inv.MemoryMiB
+				dev.Slots = inv.Slots
+			}
+			if mem, cores, slots, ok := st.AgentUse(d); ok {
+				dev.UsedMemoryMiB, dev.UsedCores, dev.UsedSlots = mem, cores, slots
 			}
 			for _, h := range hs {
 				if h.Mask&(1<<uint(d)) != 0 {
+					// A share on each of several devices is a share on
+					// each; only whole GPUs take the device.
 					per := h.Milli
-					if h.Devices > 1 || bits.OnesCount64(h.Mask) > 1 {
+					if per <= 0 || per > gpu.MilliPerGPU {
 						per = gpu.MilliPerGPU
 					}
 					dev.Pods = append(dev.Pods, fmt.Sprintf("%s/%s:%dm", h.Namespace, h.Name, per))
@@ -176,6 +188,10 @@ func (o *Options) PrintNodes(r *NodesReport) error {
 				uuid = "-"
 			}
 			state := fmt.Sprintf("%4dm", d.AllocatedMilli)
+			if d.Slots > 0 {
+				// What the agent enforces: memory, cores, containers.
+				state += fmt.Sprintf(" (%d/%dMi, %d%% cores, %d/%d)", d.UsedMemoryMiB, d.MemoryMiB, d.UsedCores, d.UsedSlots, d.Slots)
+			}
 			if !d.Healthy {
 				state += " unhealthy"
 			}

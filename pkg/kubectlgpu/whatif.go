@@ -17,6 +17,7 @@ import (
 	ourconfig "github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/kubeapply"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/offline"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/simulator"
 )
 
@@ -79,6 +80,13 @@ func (o *Options) view(ctx context.Context, policy string) (*view, error) {
 	data, from, err := o.config(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if o.SchedulerName == "" {
+		// The configuration's profile when it has one, else ours.
+		o.SchedulerName = gpu.SchedulerName
+		if cfg, err := offline.LoadConfig(data); err == nil && len(cfg.Profiles) == 1 {
+			o.SchedulerName = cfg.Profiles[0].SchedulerName
+		}
 	}
 	prof, err := simulator.WhatIfProfile(data, o.SchedulerName, policy)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -80,7 +81,9 @@ func NewDeployed(ctx context.Context, prof *config.KubeSchedulerProfile, nodes [
 		return nil, err
 	}
 	client, _ := newClient()
-	ctx, cancel := context.WithCancel(klog.NewContext(ctx, klog.Background().V(0)))
+	// Quiet: a command's output is not the place for the framework's logs
+	// (its errors come back as errors).
+	ctx, cancel := context.WithCancel(klog.NewContext(ctx, logr.Discard()))
 	fw, _, err := offline.NewFramework(ctx, prof, cluster, client, offline.Options{})
 	if err != nil {
 		cancel()

@@ -71,7 +71,8 @@ func TestHelmChart(t *testing.T) {
 		}},
 		"plain nodes, BestFit, three replicas, gangs, monitoring": {
 			set: []string{"nodeAgent=plain", "accountingOnlySharing=true", "replicaCount=3", "pluginArgs.GPUScore.policy=BestFit",
-				"pluginArgs.GPUPreemption.minCandidateNodesAbsolute=50", "featureGates.GenericWorkload=true", "image.tag=v9.9.9",
+				"pluginArgs.GPUPreemption.minCandidateNodesAbsolute=50", "pluginArgs.GPUScore.targetWorkload.halfLifePods=0",
+				"pluginArgs.GPUFit.requeue.enabled=false", "schedulerName=gpu-x", "featureGates.GenericWorkload=true", "image.tag=v9.9.9",
 				"monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true", "monitoring.dashboard.enabled=true",
 				"monitoring.serviceMonitor.labels.release=kps", "monitoring.prometheusRule.labels.release=kps",
 				"nodeSelector.node-role\\.kubernetes\\.io/control-plane=", "tolerations[0].key=node-role.kubernetes.io/control-plane",
@@ -80,6 +81,11 @@ func TestHelmChart(t *testing.T) {
 			check: func(t *testing.T, objs []*unstructured.Unstructured, score *ourconfig.GPUScoreArgs, fit *ourconfig.GPUFitArgs) {
 				if score.Policy != "BestFit" || fit.HAMi.Enabled || !fit.AccountingOnlySharing {
 					t.Errorf("config: policy %s, hami %v, accounting-only %v", score.Policy, fit.HAMi.Enabled, fit.AccountingOnlySharing)
+				}
+				// Zero and false values merge too (sprig's mergeOverwrite drops them).
+				if score.TargetWorkload.HalfLifePods != 0 || score.TargetWorkload.CoveragePercent != 95 || fit.Requeue.Enabled {
+					t.Errorf("config: halfLifePods %d (want 0), coveragePercent %d (want 95), requeue enabled %v (want false)",
+						score.TargetWorkload.HalfLifePods, score.TargetWorkload.CoveragePercent, fit.Requeue.Enabled)
 				}
 				kinds := map[string]bool{}
 				for _, o := range objs {
@@ -96,6 +102,12 @@ func TestHelmChart(t *testing.T) {
 						sel, _, _ := unstructured.NestedStringMap(o.Object, "spec", "template", "spec", "nodeSelector")
 						if _, ok := sel["node-role.kubernetes.io/control-plane"]; !ok || len(tol) != 1 {
 							t.Errorf("deployment: nodeSelector %v, tolerations %v", sel, tol)
+						}
+					}
+					if o.GetKind() == "ConfigMap" && o.GetName() == "gpu-scheduler-dashboard" {
+						d, _, _ := unstructured.NestedString(o.Object, "data", "gpu-scheduler.json")
+						if strings.Contains(d, `profile=\"gpu-scheduler\"`) || !strings.Contains(d, `profile=\"gpu-x\"`) {
+							t.Errorf("the dashboard does not read the profile gpu-x")
 						}
 					}
 					if o.GetAPIVersion() == "monitoring.coreos.com/v1" && o.GetLabels()["release"] != "kps" {

@@ -23,6 +23,8 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files of kubectl gpu")
 
+var uuids = regexp.MustCompile(`GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+
 // kubectl gpu nodes, pending and frag, the built plugin against the local
 // control plane, compared with golden files (go test -run TestKubectlGPU
 // ./test/integration/ -args -update rewrites them).
@@ -33,7 +35,9 @@ func TestKubectlGPU(t *testing.T) {
 	}
 	s := cluster.NewScope(t)
 	s.AddNodes(fleet.Node{Name: "t4", CPU: "16", Memory: "64Gi", GPUs: 2, Model: "Tesla-T4", MemoryMiB: 15360},
-		fleet.Node{Name: "a100", CPU: "64", Memory: "256Gi", GPUs: 4, Unhealthy: 1, Model: "NVIDIA-A100-SXM4-80GB", MemoryMiB: 81920})
+		fleet.Node{Name: "a100", CPU: "64", Memory: "256Gi", GPUs: 4, Unhealthy: 1, Model: "NVIDIA-A100-SXM4-80GB", MemoryMiB: 81920},
+		// HAMi's device plugin: UUIDs, and memory, cores and slots held.
+		fleet.Node{Name: "l4", CPU: "16", Memory: "64Gi", GPUs: 2, Model: "NVIDIA-L4", MemoryMiB: 23034, HAMiSplit: 10})
 	// Bound by hand, with their assignments (no scheduler runs here).
 	bind := func(spec harness.PodSpec, node, assignment string) {
 		p := s.Pod(spec)
@@ -44,6 +48,7 @@ func TestKubectlGPU(t *testing.T) {
 	bind(harness.PodSpec{Name: "share-a", Milli: 600, CPU: "2"}, "t4", "0=600")
 	bind(harness.PodSpec{Name: "share-b", Milli: 300, CPU: "2"}, "t4", "1=300")
 	bind(harness.PodSpec{Name: "train", GPUs: 2, CPU: "8"}, "a100", "0=1000,1=1000")
+	bind(harness.PodSpec{Name: "share-l4", Milli: 250, CPU: "2"}, "l4", "1=250")
 	s.Create(s.Pod(harness.PodSpec{Name: "waits", GPUs: 4}), s.Pod(harness.PodSpec{Name: "cpu", CPU: "1"}))
 	// The scheduler's explanation, as its reconciler writes it.
 	w := s.Get("waits")
@@ -60,8 +65,9 @@ func TestKubectlGPU(t *testing.T) {
 		if err := cmd.Run(); err != nil {
 			t.Fatalf("kubectl gpu %v: %v\n%s", args, err, errb.String())
 		}
-		// Node names and the namespace carry the scope's ID.
-		return strings.ReplaceAll(out.String(), s.ID, "ID")
+		// Node names and the namespace carry the scope's ID, and fake
+		// HAMi's UUIDs are made from the node names.
+		return uuids.ReplaceAllString(strings.ReplaceAll(out.String(), s.ID, "ID"), "GPU-<uuid>")
 	}
 	for name, args := range map[string][]string{
 		"nodes":   {"nodes"},
@@ -95,14 +101,14 @@ func TestKubectlGPU(t *testing.T) {
 	if err := json.Unmarshal([]byte(run("nodes", "-o", "json")), &nodes); err != nil {
 		t.Fatal(err)
 	}
-	if nodes.AllocatedMilli != 2900 || nodes.CapacityMilli != 5000 {
-		t.Errorf("json: %d of %d milli allocated, want 2900 of 5000", nodes.AllocatedMilli, nodes.CapacityMilli)
+	if nodes.AllocatedMilli != 3150 || nodes.CapacityMilli != 7000 {
+		t.Errorf("json: %d of %d milli allocated, want 3150 of 7000", nodes.AllocatedMilli, nodes.CapacityMilli)
 	}
 	var frag kubectlgpu.FragReport
 	if err := json.Unmarshal([]byte(run("frag", "-o", "json")), &frag); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(frag.Workload, "4 GPU pods") || len(frag.Kinds) != 4 {
+	if !strings.Contains(frag.Workload, "5 GPU pods") || len(frag.Kinds) != 5 {
 		t.Errorf("learned workload: %q, kinds %v", frag.Workload, frag.Kinds)
 	}
 	if out := run("pending", "-o", "yaml"); !strings.Contains(out, "name: waits") {
