@@ -26,15 +26,7 @@ func runDynamic(traceDir, workloadList, policyList, seedList string, tune float6
 	if workloadList == "grid" {
 		workloads = simulator.PaperGrid
 	}
-	var policies []simulator.Policy
-	for _, s := range strings.Split(policyList, ",") {
-		p, err := simulator.ParsePolicy(strings.TrimSpace(s))
-		if err != nil {
-			return err
-		}
-		policies = append(policies, p)
-	}
-	seeds, err := parseSeeds(seedList)
+	policies, seeds, err := parsePoliciesSeeds(policyList, seedList)
 	if err != nil {
 		return err
 	}

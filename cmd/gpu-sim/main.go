@@ -114,6 +114,20 @@ func parseSeeds(s string) ([]int64, error) {
 	return out, nil
 }
 
+// parsePoliciesSeeds reads --policy and --seeds.
+func parsePoliciesSeeds(policyList, seedList string) ([]simulator.Policy, []int64, error) {
+	var policies []simulator.Policy
+	for _, s := range strings.Split(policyList, ",") {
+		p, err := simulator.ParsePolicy(strings.TrimSpace(s))
+		if err != nil {
+			return nil, nil, err
+		}
+		policies = append(policies, p)
+	}
+	seeds, err := parseSeeds(seedList)
+	return policies, seeds, err
+}
+
 type job struct {
 	workload string
 	policy   simulator.Policy
@@ -146,15 +160,7 @@ func run(traceDir, workloadList, policyList, seedList string, tune float64, out 
 	default:
 		workloads = strings.Split(workloadList, ",")
 	}
-	var policies []simulator.Policy
-	for _, s := range strings.Split(policyList, ",") {
-		p, err := simulator.ParsePolicy(strings.TrimSpace(s))
-		if err != nil {
-			return err
-		}
-		policies = append(policies, p)
-	}
-	seeds, err := parseSeeds(seedList)
+	policies, seeds, err := parsePoliciesSeeds(policyList, seedList)
 	if err != nil {
 		return err
 	}
