@@ -291,9 +291,6 @@ func (s *NodeState) Admits(c Choice) bool {
 	return c.Mask != 0 && !s.Overcommitted
 }
 
-// Usable is how many devices can take pods: all of them on a node of
-// allocatable and labels (the unhealthy are not counted there); the healthy,
-// uncordoned ones on an agent's node, which reports every device.
 // AgentUse is what device i holds in the agent's own dimensions (memory in
 // MiB, cores out of 100, slots taken); ok is false on a node without an
 // agent.
@@ -304,6 +301,9 @@ func (s *NodeState) AgentUse(i int) (memMiB int64, cores, slots int32, ok bool) 
 	return s.agent.mem[i], s.agent.cores[i], s.agent.slots[i], true
 }
 
+// Usable is how many devices can take pods: all of them on a node of
+// allocatable and labels (the unhealthy are not counted there); the healthy,
+// uncordoned ones on an agent's node, which reports every device.
 func (s *NodeState) Usable() int32 {
 	if s.agent == nil {
 		return s.Count

@@ -73,7 +73,8 @@ type DynamicResult struct {
 	// fraction of capacity; PeakAlloc its highest value.
 	TimeAvgAlloc float64 `json:"timeAvgAlloc"`
 	PeakAlloc    float64 `json:"peakAlloc"`
-	// Waits of the GPU pods that were placed (s): arrival to bind.
+	// Waits of the GPU pods (s): arrival to bind, or to the end of the
+	// replay for those never placed.
 	WaitP50  float64 `json:"waitP50"`
 	WaitP95  float64 `json:"waitP95"`
 	WaitP99  float64 `json:"waitP99"`
@@ -195,7 +196,25 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 	for _, p := range fw.PreEnqueuePlugins() {
 		pre[p.Name()] = p
 	}
-	queue := internalqueue.NewSchedulingQueue(fw.QueueSortFunc(), factory,
+	// The profile's order, then the replay's: the clock stands still while
+	// the queue drains, so pods refused at one instant share a timestamp,
+	// and the queue walks its pool in map order; without a last tie-break a
+	// seed would not give one result.
+	byUID := make(map[types.UID]int, len(rows))
+	less := fw.QueueSortFunc()
+	seqOf := func(e fwk.QueuedEntityInfo) int {
+		if p, ok := e.(*framework.QueuedPodInfo); ok && p.Pod != nil {
+			return byUID[p.Pod.UID]
+		}
+		return -1
+	}
+	order := func(a, b fwk.QueuedEntityInfo) bool {
+		if less(a, b) || less(b, a) {
+			return less(a, b)
+		}
+		return seqOf(a) < seqOf(b)
+	}
+	queue := internalqueue.NewSchedulingQueue(order, factory,
 		internalqueue.WithClock(clock),
 		internalqueue.WithQueueingHintMapPerProfile(internalqueue.QueueingHintMapPerProfile{prof.SchedulerName: hints}),
 		internalqueue.WithPreEnqueuePluginMap(map[string]map[string]fwk.PreEnqueuePlugin{prof.SchedulerName: pre}),
@@ -219,7 +238,6 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 	res := &DynamicResult{Workload: e.Trace.Workload, Policy: e.Policy, Seed: e.Seed, Tune: e.Tune, Compression: comp,
 		Pods: len(rows), Capacity: e.Trace.Capacity()}
 	pods := make([]*dynPod, len(rows))
-	byUID := make(map[types.UID]int, len(rows))
 	first := float64(rows[0].Created)
 	for i, row := range rows {
 		var obj *v1.Pod
@@ -326,6 +344,9 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 		pInfo.PendingPlugins = fitErr.Diagnosis.PendingPlugins
 		return queue.AddUnschedulablePodIfNotPresent(logger, pInfo, queue.SchedulingCycle())
 	}
+	// Pop does not block while the backoff queue holds pods: the queue pops
+	// them when the active queue is empty (SchedulerPopFromBackoffQ, on by
+	// default in v1.37).
 	drain := func() error {
 		for len(queue.PodsInActiveQ())+len(queue.PodsInBackoffQ()) > 0 {
 			if err := ctx.Err(); err != nil {
@@ -403,6 +424,13 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 	}
 	res.NeverPlaced = pendingGPU
 	res.End = now
+	// A pod never placed waited until the end: left out, a policy that
+	// strands pods would show shorter waits.
+	for _, p := range pods {
+		if p.bound == nil && p.row.NumGPU > 0 {
+			waits = append(waits, now-p.arrive)
+		}
+	}
 	if res.Span > 0 {
 		res.TimeAvgAlloc = area / (res.Span * float64(res.Capacity))
 	}
