@@ -21,7 +21,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $_ := set $pc.args.hami "enabled" (eq $.Values.nodeAgent "hami") -}}
 {{- end -}}
 {{- with index $.Values.pluginArgs $pc.name -}}
-{{- include "gpu-scheduler.merge" (list $pc.args .) -}}
+{{- $_ := set $pc "args" (mustMergeOverwrite $pc.args .) -}}
 {{- end -}}
 {{- end -}}
 {{- range $name, $args := .Values.pluginArgs -}}
@@ -30,19 +30,4 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 {{- toYaml $cfg -}}
-{{- end -}}
-
-
-{{/* Deep merge of (list dst src) into dst: every value of src wins, zero,
-false and empty ones too (sprig's mergeOverwrite skips those, so a
-halfLifePods: 0 or enabled: false would be lost). */}}
-{{- define "gpu-scheduler.merge" -}}
-{{- $dst := index . 0 -}}
-{{- range $k, $v := index . 1 -}}
-{{- if and (kindIs "map" $v) (kindIs "map" (index $dst $k)) -}}
-{{- include "gpu-scheduler.merge" (list (index $dst $k) $v) -}}
-{{- else -}}
-{{- $_ := set $dst $k $v -}}
-{{- end -}}
-{{- end -}}
 {{- end -}}
