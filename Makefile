@@ -196,7 +196,7 @@ BACKLOG ?= 20000
 STREAM ?= 5000
 bench-churn: binaries
 	$(GO) test -count=1 -timeout 150m -run '^$$' -bench 'BenchmarkChurn' -benchtime 1x ./test/bench/ \
-		-args -nodes $(NODES) -backlog $(BACKLOG) -stream $(STREAM) $(if $(PPROF),-pprof $(abspath $(PPROF))) $(if $(JSON),-json $(abspath $(JSON))) $(BENCH_ARGS) \
+		-args -nodes $(NODES) -backlog $(BACKLOG) -stream $(STREAM) $(if $(ROUNDS),-rounds $(ROUNDS)) $(if $(PPROF),-pprof $(abspath $(PPROF))) $(if $(JSON),-json $(abspath $(JSON))) $(BENCH_ARGS) \
 		2>&1 | grep -vE '^[IWE][0-9]{4} ' ; exit $${PIPESTATUS[0]}
 
 fuzz:

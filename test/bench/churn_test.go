@@ -73,6 +73,21 @@ type Churn struct {
 	// The churn the run was under, as sent.
 	LabelUpdatesPS float64 `json:"label_updates_per_s,omitempty"`
 	CPUPodOpsPS    float64 `json:"cpu_pod_ops_per_s,omitempty"`
+	// The other processes on the machine (API server, etcd, the bench with
+	// its fake kubelet and churn), CPU seconds while the stream ran; and
+	// whether the scheduler had a CPU of its own (-pin).
+	OthersCPUSeconds map[string]float64 `json:"others_cpu_seconds"`
+	// The scheduler's CPU (cores) under the churn before the stream: what
+	// the churn alone costs it.
+	ChurnOnlyCores float64 `json:"churn_only_cores,omitempty"`
+	// The same for the other processes: the churn's load on the control
+	// plane (and the bench's churn generator and fake kubelet).
+	ChurnOnlyOthersCores map[string]float64 `json:"churn_only_others_cores,omitempty"`
+	// Scheduling attempts per second while the stream ran that found no
+	// node: the backlog's retries.
+	UnschedulablePerS float64 `json:"unschedulable_attempts_per_s"`
+	Pinned            bool    `json:"pinned"`
+	CPUQuota          float64 `json:"cpu_quota,omitempty"`
 }
 
 // BenchmarkChurn measures the stream of GPU pods that fit, bound by each
@@ -90,40 +105,65 @@ func BenchmarkChurn(b *testing.B) {
 	out := map[string]any{}
 	var rows []*Churn
 	for _, sched := range splitComma(*chSchedulers) {
-		var quiet, churn *Churn
-		for _, withChurn := range []bool{false, true} {
-			r, err := runChurn(ctx, b, sched, withChurn)
-			if err != nil {
-				b.Fatalf("%s churn=%v: %v", sched, withChurn, err)
+		// -rounds: quiet and churn alternate; the ratio is of the means.
+		var quiet, churn []*Churn
+		var qSum, cSum float64
+		var perRound []float64
+		for round := 0; round < max(*tpRounds, 1); round++ {
+			for _, withChurn := range []bool{false, true} {
+				r, err := runChurn(ctx, b, sched, withChurn)
+				if err != nil {
+					b.Fatalf("%s churn=%v: %v", sched, withChurn, err)
+				}
+				rows = append(rows, r)
+				if withChurn {
+					churn, cSum = append(churn, r), cSum+r.Average
+				} else {
+					quiet, qSum = append(quiet, r), qSum+r.Average
+				}
 			}
-			rows = append(rows, r)
-			if withChurn {
-				churn = r
-			} else {
-				quiet = r
-			}
+			perRound = append(perRound, churn[round].Average/quiet[round].Average)
 		}
 		key := "ours"
 		if sched == "kube-scheduler" {
 			key = "vanilla"
 		}
-		out[key+"_quiet"], out[key+"_churn"] = quiet, churn
-		out["ratio_churn_"+key] = churn.Average / quiet.Average
+		if len(quiet) == 1 {
+			out[key+"_quiet"], out[key+"_churn"] = quiet[0], churn[0]
+		} else {
+			out[key+"_quiet"], out[key+"_churn"] = quiet, churn
+			out["ratio_churn_"+key+"_rounds"] = perRound
+		}
+		out["ratio_churn_"+key] = cSum / qSum
 		if key == "ours" {
-			out["ratio_churn"] = churn.Average / quiet.Average
+			out["ratio_churn"] = cSum / qSum
 		}
 	}
 	fmt.Printf("\nGPU pods bound under churn: %d nodes, %d pending pods that fit nowhere, GFD label every %v per node, %d CPU pods/s created and deleted; stream of %d GPU pods\n",
 		*tpNodes, *chBacklog, *chLabelPeriod, *chCPUChurn, *chStream)
-	fmt.Printf("%-15s %-6s %9s %6s %6s %7s %7s %9s %8s %10s %9s %10s %7s %9s %8s %9s\n", "scheduler", "churn", "avg pod/s", "p50", "p99", "seconds", "CPU s", "peak RSS",
+	if *pin {
+		fmt.Println("the scheduler under test alone on one CPU, the API server, etcd and the bench on the others (-pin)")
+	}
+	if *cpuQuota > 0 {
+		fmt.Printf("the scheduler under test capped at %.2f CPUs (-cpu-quota)\n", *cpuQuota)
+	}
+	fmt.Printf("%-15s %-6s %9s %6s %6s %7s %7s %8s %9s %8s %10s %9s %10s %7s %9s %8s %9s\n", "scheduler", "churn", "avg pod/s", "p50", "p99", "seconds", "CPU s", "others s", "peak RSS",
 		"API/s", "hints/s", "hint µs", "narrowed/s", "passes", "pass s", "queue", "reasons/s")
 	for _, r := range rows {
-		fmt.Printf("%-15s %-6v %9.1f %6.0f %6.0f %7.1f %7.1f %6.0fMiB %8.1f %10.0f %9.3f %10.1f %7.0f %9.3f %8.0f %9.2f\n", r.Scheduler, r.Churn, r.Average, r.P50, r.P99, r.Seconds,
-			r.CPUSeconds, r.PeakRSSMiB, r.APIRequestsPerS, r.HintCallsPerS, r.HintMeanUs, r.NarrowedPerS, r.Passes, r.PassMeanSeconds, r.QueueDepth, r.ReasonWritesPS)
+		others := 0.0
+		for _, v := range r.OthersCPUSeconds {
+			others += v
+		}
+		fmt.Printf("%-15s %-6v %9.1f %6.0f %6.0f %7.1f %7.1f %8.1f %6.0fMiB %8.1f %10.0f %9.3f %10.1f %7.0f %9.3f %8.0f %9.2f\n", r.Scheduler, r.Churn, r.Average, r.P50, r.P99, r.Seconds,
+			r.CPUSeconds, others, r.PeakRSSMiB, r.APIRequestsPerS, r.HintCallsPerS, r.HintMeanUs, r.NarrowedPerS, r.Passes, r.PassMeanSeconds, r.QueueDepth, r.ReasonWritesPS)
 	}
 	for _, k := range []string{"ours", "vanilla"} {
 		if v, ok := out["ratio_churn_"+k]; ok {
-			fmt.Printf("ratio_churn %s = %.3f\n", k, v)
+			fmt.Printf("ratio_churn %s = %.3f", k, v)
+			if r, ok := out["ratio_churn_"+k+"_rounds"]; ok {
+				fmt.Printf(" (mean churn over mean quiet; per round %.3f)", r)
+			}
+			fmt.Println()
 		}
 	}
 	if *jsonOut != "" {
@@ -227,7 +267,25 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 		churnWG.Add(2)
 		go func() { defer churnWG.Done(); relabel(churnCtx, &labelOps) }()
 		go func() { defer churnWG.Done(); cpuChurn(churnCtx, cpuNS, &cpuOps) }()
-		time.Sleep(10 * time.Second) // the churn at its rate before the stream
+		// The churn at its rate before the stream; what it costs the
+		// scheduler alone (profiled with -pprof).
+		cpuIdle, othersIdle := procCPU(sched.Pid()), othersCPU()
+		t0 := time.Now()
+		if *tpProfile != "" {
+			code, body, err := sched.GetWithin(ctx, "/debug/pprof/profile?seconds=10", time.Minute)
+			if err == nil && code == 200 {
+				os.MkdirAll(*tpProfile, 0o755)
+				os.WriteFile(filepath.Join(*tpProfile, fmt.Sprintf("cpu-%s-idle.pprof", ns)), []byte(body), 0o644)
+			} else {
+				b.Logf("%s: CPU profile before the stream: %d %v", ns, code, err)
+			}
+		}
+		time.Sleep(10*time.Second - time.Since(t0))
+		res.ChurnOnlyCores = (procCPU(sched.Pid()) - cpuIdle) / time.Since(t0).Seconds()
+		res.ChurnOnlyOthersCores = map[string]float64{}
+		for k, v := range othersCPU() {
+			res.ChurnOnlyOthersCores[k] = (v - othersIdle[k]) / time.Since(t0).Seconds()
+		}
 		if schedBin == "gpu-scheduler" {
 			// One full resync pass over the backlog, to measure it.
 			for t0 := time.Now(); time.Since(t0) < time.Minute; time.Sleep(time.Second) {
@@ -239,7 +297,7 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 	}
 
 	before := scrape(ctx, sched)
-	cpu0 := procCPU(sched.Pid())
+	cpu0, others0 := procCPU(sched.Pid()), othersCPU()
 	labels0, cpuOps0 := labelOps.Load(), cpuOps.Load()
 	rng := rand.New(rand.NewSource(1))
 	workload := "gpu"
@@ -274,6 +332,10 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 	window := time.Since(submitted).Seconds()
 	after := scrape(ctx, sched)
 	res.CPUSeconds = procCPU(sched.Pid()) - cpu0
+	res.OthersCPUSeconds, res.Pinned, res.CPUQuota = map[string]float64{}, *pin, *cpuQuota
+	for k, v := range othersCPU() {
+		res.OthersCPUSeconds[k] = v - others0[k]
+	}
 	res.PeakRSSMiB = procPeakRSS(sched.Pid())
 	res.LabelUpdatesPS = float64(labelOps.Load()-labels0) / window
 	res.CPUPodOpsPS = float64(cpuOps.Load()-cpuOps0) / window
@@ -303,6 +365,8 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 		return (after.sumWhere(name, label) - before.sumWhere(name, label)) / window
 	}
 	res.NarrowedPerS, res.AllPodsPerS = pre("narrowed"), pre("all_pods")
+	res.UnschedulablePerS = (after.sumWhere("scheduler_schedule_attempts_total", `result="unschedulable"`) -
+		before.sumWhere("scheduler_schedule_attempts_total", `result="unschedulable"`)) / window
 	if calls > 0 {
 		res.HintMeanUs = secs / calls * 1e6
 	}
@@ -313,7 +377,8 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 	}
 	res.QueueDepth = after.sum("gpu_scheduler_requeue_queue_depth")
 	res.ReasonWritesPS = d("gpu_scheduler_pending_reason_writes_total") / window
-	b.Logf("%s: %d of %d bound in %v; samples %v", ns, bound.Load(), *chStream, elapsed.Round(time.Millisecond), samples)
+	b.Logf("%s: %d of %d bound in %v; samples %v; CPU s in %.0f s: scheduler %.1f, others %v; unschedulable attempts %.1f/s; the churn alone %.3f cores (others %.3v)", ns, bound.Load(), *chStream, elapsed.Round(time.Millisecond), samples,
+		window, res.CPUSeconds, res.OthersCPUSeconds, res.UnschedulablePerS, res.ChurnOnlyCores, res.ChurnOnlyOthersCores)
 
 	sched.Stop(10 * time.Second)
 	for _, n := range []string{ns, cpuNS} {

@@ -493,9 +493,17 @@ func startUnderTest(ctx context.Context, bin, schedulerName string) (*localcp.Sc
 	if err != nil {
 		return nil, err
 	}
+	var env []string
+	schedCPUs, _ := pinCPUs()
+	if *pin {
+		if err := pinControlPlane(); err != nil {
+			return nil, err
+		}
+		env = append(env, fmt.Sprintf("GOMAXPROCS=%d", len(schedCPUs)))
+	}
 	s, err := localcp.StartScheduler(ctx, localcp.SchedulerOptions{
 		Name: schedulerName, Binary: filepath.Join(harness.BinDir(), bin), Config: cfg, Kubeconfig: kc, Dir: cluster.Dir,
-		Args: []string{"--v=1"},
+		Args: []string{"--v=1"}, Env: env,
 		Mutate: func(c *configv1.KubeSchedulerConfiguration) {
 			c.Profiles[0].SchedulerName = ptr.To(schedulerName)
 			c.LeaderElection.LeaderElect = ptr.To(false)
@@ -514,5 +522,19 @@ func startUnderTest(ctx context.Context, bin, schedulerName string) (*localcp.Sc
 		return nil, err
 	}
 	s.Token = cluster.CP.Token(localcp.UserAdmin)
+	if *pin {
+		if err := pinProcess(s.Pid(), schedCPUs); err != nil {
+			s.Stop(10 * time.Second)
+			return nil, err
+		}
+	}
+	if *cpuQuota > 0 {
+		remove, err := capCPU(s.Pid(), *cpuQuota)
+		if err != nil {
+			s.Stop(10 * time.Second)
+			return nil, err
+		}
+		go func() { <-s.Done(); remove() }()
+	}
 	return s, s.WaitHealthy(ctx, 2*time.Minute)
 }

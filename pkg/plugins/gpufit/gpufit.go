@@ -504,6 +504,14 @@ func (r *reserveState) Clone() fwk.StateData { return r }
 // Reserve takes the devices the profile's policy chooses, the same choice the
 // score assumed, and records them until the pod's annotation is seen.
 func (pl *GPUFit) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	s := pl.reserve(ctx, cs, pod, nodeName)
+	if s.IsSuccess() && pl.narrow != nil {
+		pl.narrow.move(pod, stBinding)
+	}
+	return s
+}
+
+func (pl *GPUFit) reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	req, err := shared.ReadRequest(cs)
 	if err != nil {
 		return fwk.AsStatus(err)
@@ -559,6 +567,10 @@ func readReserve(cs fwk.CycleState) *reserveState {
 // on a client-side error alone would free devices the pod holds. It is
 // idempotent.
 func (pl *GPUFit) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ string) {
+	if pl.narrow != nil {
+		// Back to the pool with whatever rejected it after the filters.
+		pl.narrow.move(pod, stAttempting)
+	}
 	rs := readReserve(cs)
 	if rs == nil {
 		return // this cycle reserved nothing

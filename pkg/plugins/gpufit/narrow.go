@@ -73,9 +73,16 @@ const (
 	// Its attempt failed only on GPUFit and filters blind to bound pods:
 	// in the pool, and left out.
 	stBlind
+	// GPUFit's Reserve passed: the pod is in flight until its binding
+	// ends, never in the pool. The queue keeps every event meanwhile and
+	// replays them all, unnarrowed, if it comes back; every failure after
+	// Reserve runs Unreserve first, which names it again (stAttempting).
+	// Not named: under a busy API server binds take long, and the pods
+	// binding were most of those named.
+	stBinding
 )
 
-func (st narrowState) named() bool { return st != stQueued && st != stBlind }
+func (st narrowState) named() bool { return st != stQueued && st != stBlind && st != stBinding }
 
 type narrowEntry struct {
 	uid types.UID
@@ -96,13 +103,20 @@ type narrower struct {
 
 	mu    sync.Mutex
 	state map[types.NamespacedName]narrowEntry
-	named int                    // entries with st.named()
-	blind int                    // entries in stBlind
-	cands []types.NamespacedName // cached; nil when stale
+	blind int // entries in stBlind
+	// The entries with st.named(), kept as they change: a stream of pods
+	// moving through the queue changes the set on nearly every event, and
+	// rebuilding it from state walked the whole backlog each time.
+	// namedIdx is each one's position in named. named is handed to the
+	// queue as is; shared says so, and the next change copies it first
+	// (the queue reads it under its own lock, not ours).
+	named    []types.NamespacedName
+	namedIdx map[types.NamespacedName]int
+	shared   bool
 }
 
 func newNarrower(h fwk.Handle, pods cache.SharedIndexInformer) *narrower {
-	n := &narrower{state: map[types.NamespacedName]narrowEntry{}}
+	n := &narrower{state: map[types.NamespacedName]narrowEntry{}, named: []types.NamespacedName{}, namedIdx: map[types.NamespacedName]int{}}
 	if pods != nil {
 		n.pods = pods.GetIndexer().GetByKey
 	}
@@ -176,22 +190,34 @@ func (n *narrower) move(p *v1.Pod, st narrowState) {
 // set replaces k's entry; n.mu held.
 func (n *narrower) set(k types.NamespacedName, old narrowEntry, known bool, e narrowEntry) {
 	if known {
-		n.count(old.st, -1)
+		n.count(k, old.st, -1)
 	}
 	n.state[k] = e
-	n.count(e.st, 1)
-	if !known || old.st.named() != e.st.named() {
-		n.cands = nil
-	}
+	n.count(k, e.st, 1)
 }
 
-func (n *narrower) count(st narrowState, d int) {
-	if st.named() {
-		n.named += d
-	}
+// count adds (d = 1) or removes (d = -1) k in state st to the tallies.
+func (n *narrower) count(k types.NamespacedName, st narrowState, d int) {
 	if st == stBlind {
 		n.blind += d
 	}
+	if !st.named() {
+		return
+	}
+	if n.shared {
+		n.named = slices.Clone(n.named)
+		n.shared = false
+	}
+	if d > 0 {
+		n.namedIdx[k] = len(n.named)
+		n.named = append(n.named, k)
+		return
+	}
+	i, last := n.namedIdx[k], len(n.named)-1
+	n.named[i] = n.named[last]
+	n.namedIdx[n.named[i]] = i
+	n.named = n.named[:last]
+	delete(n.namedIdx, k)
 }
 
 // forget drops a pod that was bound, ended or deleted (this pod, not a
@@ -202,10 +228,7 @@ func (n *narrower) forget(p *v1.Pod) {
 	defer n.mu.Unlock()
 	if old, known := n.state[k]; known && old.uid == p.UID {
 		delete(n.state, k)
-		n.count(old.st, -1)
-		if old.st.named() {
-			n.cands = nil
-		}
+		n.count(k, old.st, -1)
 	}
 }
 
@@ -265,10 +288,7 @@ func (n *narrower) prune(ctx context.Context) {
 			// Only the entry that was read: a newer pod of that name stays.
 			if e, known := n.state[k]; known && e.uid == en.uid {
 				delete(n.state, k)
-				n.count(e.st, -1)
-				if e.st.named() {
-					n.cands = nil
-				}
+				n.count(k, e.st, -1)
 			}
 			n.mu.Unlock()
 		}
@@ -284,19 +304,11 @@ func (n *narrower) candidates() []types.NamespacedName {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.blind < narrowMinSaved || 2*n.named > n.blind {
+	if n.blind < narrowMinSaved || 2*len(n.named) > n.blind {
 		return nil
 	}
-	if n.cands == nil {
-		c := make([]types.NamespacedName, 0, n.named)
-		for k, e := range n.state {
-			if e.st.named() {
-				c = append(c, k)
-			}
-		}
-		n.cands = c
-	}
-	return n.cands
+	n.shared = true
+	return n.named // never nil: nil would mean every pod
 }
 
 // PreEnqueue gates nothing: the queue runs it whenever a pod arrives or

@@ -99,12 +99,31 @@ func TestNarrowBoundPodEvents(t *testing.T) {
 	key := func(p *v1.Pod) types.NamespacedName {
 		return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 	}
+	// What the queue was handed stays as it was while the states change
+	// (it reads it under its own lock, not the narrower's).
+	var handed, handedCopy []types.NamespacedName
 	check := func(step string, want ...*v1.Pod) {
 		t.Helper()
+		if !slices.Equal(handed, handedCopy) {
+			t.Errorf("%s: the candidates handed out before changed to %v, were %v", step, handed, handedCopy)
+		}
+		named := 0
+		for k, e := range n.state {
+			if e.st.named() {
+				named++
+				if i, ok := n.namedIdx[k]; !ok || n.named[i] != k {
+					t.Errorf("%s: %v named but not indexed", step, k)
+				}
+			}
+		}
+		if named != len(n.named) || named != len(n.namedIdx) {
+			t.Errorf("%s: %d named in state, %d listed, %d indexed", step, named, len(n.named), len(n.namedIdx))
+		}
 		got := n.candidates()
 		if got == nil {
 			t.Fatalf("%s: no narrowing", step)
 		}
+		handed, handedCopy = got, slices.Clone(got)
 		var wantKeys []types.NamespacedName
 		for _, p := range want {
 			wantKeys = append(wantKeys, key(p))
@@ -171,6 +190,22 @@ func TestNarrowBoundPodEvents(t *testing.T) {
 	n.observe(again)
 	e.pl.PostFilter(tCtx, framework.NewCycleState(), backlog[3], framework.NewDefaultNodeToStatus())
 	check("after a pod was replaced", mixed, gang, gated, preemptor, backlog[1], again)
+
+	// Reserved, it is in flight while it binds: not named (the queue
+	// replays to it every event of its flight if it comes back). A failure
+	// after Reserve runs Unreserve, which names it again.
+	binding := wholePod("binding", "1").UID("binding").Obj()
+	arrive(binding)
+	cs := framework.NewCycleState()
+	e.pl.PreFilter(tCtx, cs, binding, nil)
+	check("attempting", mixed, gang, gated, preemptor, backlog[1], again, binding)
+	if s := e.pl.Reserve(tCtx, cs, binding, "n1"); !s.IsSuccess() {
+		t.Fatalf("Reserve: %v", s)
+	}
+	check("reserved", mixed, gang, gated, preemptor, backlog[1], again)
+	e.pl.Unreserve(tCtx, cs, binding, "n1")
+	check("unreserved", mixed, gang, gated, preemptor, backlog[1], again, binding)
+	n.forget(binding)
 
 	// Too few left out for the narrowing to pay: every pod is visited.
 	for _, p := range backlog[4:40] {
