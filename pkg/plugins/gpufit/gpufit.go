@@ -96,6 +96,9 @@ type GPUFit struct {
 	// narrow names the pending pods worth visiting for a bound pod that
 	// comes or goes (nil without hints or informers).
 	narrow *narrower
+	// hostless gates the pods waiting for a model no node hosts (nil
+	// without hints or the reconciler).
+	hostless *hostless
 }
 
 // bindInFlight is GPUFit.inFlight's default.
@@ -185,6 +188,14 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 			go mon.Run(ctx)
 		}
 		if r := args.Requeue; r.Enabled && h.ClientSet() != nil {
+			var activator requeue.Activator = h
+			if pl.hints {
+				pl.hostless = newHostless()
+				if err := pl.hostless.watch(pods); err != nil {
+					return nil, err
+				}
+				activator = ungating{h: pl.hostless, next: h}
+			}
 			rec, err := requeue.New(requeue.Config{
 				SchedulerName: profileName(h),
 				Workers:       int(r.Workers),
@@ -194,7 +205,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 				Explain:       r.ExplainPending,
 				ExplainEvery:  time.Duration(r.ExplainMinIntervalSeconds) * time.Second,
 				ClearClient:   explainClient(h, r.ExplainQPS, r.ExplainBurst),
-			}, s, h, explainClient(h, r.ExplainQPS, r.ExplainBurst), pods, nodes, pl.reqOpts, s.Leading)
+			}, s, activator, explainClient(h, r.ExplainQPS, r.ExplainBurst), pods, nodes, pl.reqOpts, s.Leading)
 			if err != nil {
 				return nil, err
 			}
@@ -382,6 +393,7 @@ func (pl *GPUFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		// This attempt's PostFilter, if any, tells what blocks the pod now.
 		pl.rec.ForgetRejection(pod.UID)
 	}
+	pl.hostless.clear(pod.UID)
 	if node, ok := pl.shared.InDoubt(pod.UID); ok {
 		// Its devices on node stay held; placing it again could bind it
 		// twice, or free them while the first bind lands. It is activated
@@ -406,6 +418,9 @@ func (pl *GPUFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 			// after the other filters ran on all of them. A backlog of such
 			// pods, retried by the queue at least every 5 minutes, would
 			// cost a full pass each and crowd out the pods that fit.
+			// PreEnqueue keeps it out of the queue until that changes
+			// (hostless.go).
+			pl.hostless.record(pod.UID, why)
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why...)
 		}
 	}

@@ -44,11 +44,13 @@ func (pl *GPUFit) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHin
 		events = append(events, fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Add},
 			QueueingHintFn: pl.isSchedulableAfterPodAdd, PreQueueingHintFn: pl.narrowAfterPodAdd})
 	}
-	if !pl.hints {
-		// Measured baseline: every registered event requeues.
-		for i := range events {
+	for i := range events {
+		if !pl.hints {
+			// Measured baseline: every registered event requeues.
 			events[i].QueueingHintFn = nil
+			continue
 		}
+		events[i].QueueingHintFn = pl.hostless.ungateOnQueue(events[i].QueueingHintFn)
 	}
 	return events, nil
 }

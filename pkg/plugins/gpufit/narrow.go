@@ -74,11 +74,13 @@ const (
 	// in the pool, and left out.
 	stBlind
 	// GPUFit's Reserve passed: the pod is in flight until its binding
-	// ends, never in the pool. The queue keeps every event meanwhile and
-	// replays them all, unnarrowed, if it comes back; every failure after
-	// Reserve runs Unreserve first, which names it again (stAttempting).
-	// Not named: under a busy API server binds take long, and the pods
-	// binding were most of those named.
+	// ends, never in the pool. Until Permit passes, the queue keeps the
+	// events of its flight and replays them, unnarrowed (hint keys nil),
+	// if it comes back; after that (PreBind, Bind) a failure carries no
+	// rejector and the pod goes to backoff, not the pool. Every failure
+	// after Reserve runs Unreserve first, which names it again
+	// (stAttempting). Not named: under a busy API server binds take long,
+	// and the pods binding were most of those named.
 	stBinding
 )
 
@@ -309,15 +311,6 @@ func (n *narrower) candidates() []types.NamespacedName {
 	}
 	n.shared = true
 	return n.named // never nil: nil would mean every pod
-}
-
-// PreEnqueue gates nothing: the queue runs it whenever a pod arrives or
-// leaves the unschedulable pool, which ends the pod's exclusion.
-func (pl *GPUFit) PreEnqueue(_ context.Context, p *v1.Pod) *fwk.Status {
-	if pl.narrow != nil {
-		pl.narrow.move(p, stQueued)
-	}
-	return nil
 }
 
 // blindToBoundPods are the in-tree filters of v1.37.2 that register no

@@ -203,9 +203,56 @@ func TestNarrowBoundPodEvents(t *testing.T) {
 		t.Fatalf("Reserve: %v", s)
 	}
 	check("reserved", mixed, gang, gated, preemptor, backlog[1], again)
+	// n1's one GPU is reserved: another pod's Reserve there fails, and the
+	// framework's Unreserve leaves it named.
+	late := wholePod("late", "1").UID("late").Obj()
+	arrive(late)
+	csLate := framework.NewCycleState()
+	e.pl.PreFilter(tCtx, csLate, late, nil)
+	if s := e.pl.Reserve(tCtx, csLate, late, "n1"); s.IsSuccess() {
+		t.Fatal("Reserve of a reserved GPU passed")
+	}
+	e.pl.Unreserve(tCtx, csLate, late, "n1")
+	check("a Reserve failed", mixed, gang, gated, preemptor, backlog[1], again, late)
 	e.pl.Unreserve(tCtx, cs, binding, "n1")
-	check("unreserved", mixed, gang, gated, preemptor, backlog[1], again, binding)
-	n.forget(binding)
+	check("unreserved", mixed, gang, gated, preemptor, backlog[1], again, binding, late)
+	// Reserved again and bound: forgotten once the informer sees it bound.
+	if s := e.pl.Reserve(tCtx, cs, binding, "n1"); !s.IsSuccess() {
+		t.Fatalf("Reserve: %v", s)
+	}
+	boundNow := binding.DeepCopy()
+	boundNow.Spec.NodeName = "n1"
+	if err := store.Update(boundNow); err != nil {
+		t.Fatal(err)
+	}
+	n.observe(boundNow)
+	check("bound", mixed, gang, gated, preemptor, backlog[1], again, late)
+	if _, ok := n.state[key(binding)]; ok {
+		t.Error("a bound pod is still tracked")
+	}
+	// Deleted while binding: its Unreserve writes nothing back.
+	e.pl.PreFilter(tCtx, csLate, late, nil)
+	if s := e.pl.Reserve(tCtx, csLate, late, "n2"); !s.IsSuccess() {
+		t.Fatalf("Reserve: %v", s)
+	}
+	if err := store.Delete(late); err != nil {
+		t.Fatal(err)
+	}
+	n.forget(late)
+	e.pl.Unreserve(tCtx, csLate, late, "n2")
+	check("deleted while binding", mixed, gang, gated, preemptor, backlog[1], again)
+	if _, ok := n.state[key(late)]; ok {
+		t.Error("a pod deleted while binding is tracked again after its Unreserve")
+	}
+	// A gang's pod stays named through Reserve: its gating plugin reacts
+	// to bound pods.
+	csGang := framework.NewCycleState()
+	e.pl.PreFilter(tCtx, csGang, gang, nil)
+	if s := e.pl.Reserve(tCtx, csGang, gang, "n2"); !s.IsSuccess() {
+		t.Fatalf("Reserve: %v", s)
+	}
+	check("gang reserved", mixed, gang, gated, preemptor, backlog[1], again)
+	e.pl.Unreserve(tCtx, csGang, gang, "n2")
 
 	// Too few left out for the narrowing to pay: every pod is visited.
 	for _, p := range backlog[4:40] {
