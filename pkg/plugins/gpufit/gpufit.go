@@ -17,6 +17,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -190,8 +191,10 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		if r := args.Requeue; r.Enabled && h.ClientSet() != nil {
 			var activator requeue.Activator = h
 			if pl.hints {
-				pl.hostless = newHostless()
-				if err := pl.hostless.watch(pods); err != nil {
+				nodeLister := f.Core().V1().Nodes().Lister()
+				pl.hostless = newHostless(pods.GetStore(), func() ([]*v1.Node, error) { return nodeLister.List(labels.Everything()) },
+					func(n *v1.Node) *gpu.NodeState { return s.Tracker().Compute(n, nil, 0, 0, "", false) }, s.SameDevices)
+				if err := pl.hostless.watch(pods, nodes); err != nil {
 					return nil, err
 				}
 				activator = ungating{h: pl.hostless, next: h}
@@ -420,7 +423,7 @@ func (pl *GPUFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 			// cost a full pass each and crowd out the pods that fit.
 			// PreEnqueue keeps it out of the queue until that changes
 			// (hostless.go).
-			pl.hostless.record(pod.UID, why)
+			pl.hostless.record(pod, &req, why)
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why...)
 		}
 	}

@@ -2,6 +2,7 @@ package gpufit
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/requeue"
 )
 
@@ -24,30 +26,62 @@ import (
 // (docs/benchmarks.md § 5).
 //
 // So GPUFit's PreEnqueue keeps such a pod in the pool (gated, in the
-// queue's terms) until something can have changed its answer: one of
-// GPUFit's queueing hints answers Queue for it (a node hosting its model
-// arrived, or its request changed; the queue asks them for gated pods too,
-// for the events GPUFit registers), or the requeue reconciler, which
-// re-reads the cluster on every resync, activates it. Only with hints and
+// queue's terms) while no node hosts what it asks for, read from the
+// informer; one of GPUFit's queueing hints answering Queue for it (a node
+// where it fits arrived, its request changed; the queue asks them for
+// gated pods too, for the events GPUFit registers), or the requeue
+// reconciler, which re-reads the cluster on every resync, activating it,
+// lets it in at once. Only with hints and
 // the reconciler both on: without the reconciler, the queue's flush is the
 // only repair of a missed event, and nothing is gated.
 type hostless struct {
 	n    atomic.Int64 // len(pods), read without the lock
 	mu   sync.Mutex
-	pods map[types.UID][]string // the reasons PreFilter gave
+	pods map[types.UID]hostlessPod
+	// podStore is the informer's: a pod deleted during its attempt is not
+	// recorded after its deletion was seen.
+	podStore cache.Store
+	// The level check: nodes lists the nodes now, nodeGen counts the
+	// changes of their devices, and hosted caches, per kind of request,
+	// whether some node hosts it, valid while nodeGen stays.
+	nodes    func() ([]*v1.Node, error)
+	state    func(*v1.Node) *gpu.NodeState
+	sameDevs func(a, b *v1.Node) bool
+	nodeGen  atomic.Uint64
+	hosted   map[string]bool
+	hostedAt uint64
 }
 
-func newHostless() *hostless { return &hostless{pods: map[types.UID][]string{}} }
+type hostlessPod struct {
+	why []string // the reasons PreFilter gave
+	req gpu.Request
+	key string // what Hosts reads of req
+}
+
+func newHostless(podStore cache.Store, nodes func() ([]*v1.Node, error), state func(*v1.Node) *gpu.NodeState, sameDevs func(a, b *v1.Node) bool) *hostless {
+	return &hostless{pods: map[types.UID]hostlessPod{}, podStore: podStore, nodes: nodes, state: state, sameDevs: sameDevs, hosted: map[string]bool{}}
+}
+
+// hostsKey is what NodeState.Hosts reads of a request.
+func hostsKey(r *gpu.Request) string {
+	return fmt.Sprintf("%s|%t|%t|%d|%t", r.Models.String(), r.Shared(), r.Slot, r.ShareCount, r.NeedsDelivery)
+}
 
 // record notes a pod PreFilter found no host for.
-func (h *hostless) record(uid types.UID, why []string) {
+func (h *hostless) record(p *v1.Pod, req *gpu.Request, why []string) {
 	if h == nil {
 		return
 	}
 	h.mu.Lock()
-	h.pods[uid] = why
+	defer h.mu.Unlock()
+	if h.podStore != nil {
+		obj, exists, err := h.podStore.Get(p)
+		if cur, ok := obj.(*v1.Pod); err != nil || !exists || !ok || cur.UID != p.UID {
+			return
+		}
+	}
+	h.pods[p.UID] = hostlessPod{why: why, req: *req, key: hostsKey(req)}
 	h.n.Store(int64(len(h.pods)))
-	h.mu.Unlock()
 }
 
 // clear ends a pod's gate (a new attempt, a hint's Queue, an activation,
@@ -64,15 +98,53 @@ func (h *hostless) clear(uid types.UID) {
 	h.mu.Unlock()
 }
 
-// gated returns the reasons a recorded pod still waits for.
+// gated returns the reasons a recorded pod still waits for: only while no
+// node hosts what it asks for, read from the informer (a node that hosts
+// it now lets it in at the queue's next flush, even if no hint answered
+// Queue because the node is full: its attempt may preempt).
 func (h *hostless) gated(uid types.UID) ([]string, bool) {
 	if h == nil || h.n.Load() == 0 {
 		return nil, false
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	why, ok := h.pods[uid]
-	return why, ok
+	rec, ok := h.pods[uid]
+	if !ok {
+		return nil, false
+	}
+	if gen := h.nodeGen.Load(); gen != h.hostedAt {
+		clear(h.hosted)
+		h.hostedAt = gen
+	}
+	hosted, known := h.hosted[rec.key]
+	if !known {
+		hosted = h.hostedSomewhere(&rec.req)
+		h.hosted[rec.key] = hosted
+	}
+	if hosted {
+		delete(h.pods, uid)
+		h.n.Store(int64(len(h.pods)))
+		return nil, false
+	}
+	return rec.why, true
+}
+
+// hostedSomewhere scans the nodes, once per kind of request and change of
+// the nodes' devices. An error counts as hosted: the pod is let in.
+func (h *hostless) hostedSomewhere(req *gpu.Request) bool {
+	if h.nodes == nil {
+		return true
+	}
+	nodes, err := h.nodes()
+	if err != nil {
+		return true
+	}
+	for _, n := range nodes {
+		if h.state(n).Hosts(req) == gpu.Fits {
+			return true
+		}
+	}
+	return false
 }
 
 // forget follows the informer: a pod bound, ended or deleted holds no gate.
@@ -85,7 +157,7 @@ func (h *hostless) forget(obj interface{}) {
 	}
 }
 
-func (h *hostless) watch(pods cache.SharedIndexInformer) error {
+func (h *hostless) watch(pods, nodes cache.SharedIndexInformer) error {
 	_, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, obj interface{}) {
 			if p, ok := obj.(*v1.Pod); ok && (p.Spec.NodeName != "" || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed) {
@@ -93,6 +165,21 @@ func (h *hostless) watch(pods cache.SharedIndexInformer) error {
 			}
 		},
 		DeleteFunc: h.forget,
+	})
+	if err != nil {
+		return err
+	}
+	bump := func(interface{}) { h.nodeGen.Add(1) }
+	_, err = nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: bump,
+		UpdateFunc: func(old, obj interface{}) {
+			o, ok1 := old.(*v1.Node)
+			n, ok2 := obj.(*v1.Node)
+			if !ok1 || !ok2 || !h.sameDevs(o, n) {
+				h.nodeGen.Add(1)
+			}
+		},
+		DeleteFunc: bump,
 	})
 	return err
 }

@@ -141,16 +141,52 @@ func TestHostlessPodWaitsGated(t *testing.T) {
 	queue.MoveAllToActiveOrBackoffQueue(logger, framework.EventUnschedulableTimeout, nil, nil, nil)
 	where("pool")
 
-	// A node with it: GPUFit's hint answers Queue, the gate opens.
+	// A node with the model, full: GPUFit's hint skips it (the pod does
+	// not fit there now), so the gate stays; the queue's next flush finds
+	// the model hosted and lets the pod in, for an attempt that may
+	// preempt.
+	podStore := factory.Core().V1().Pods().Informer().GetStore()
+	full := gpuNode("h100-full", "2").Label(gpu.LabelGPUProduct, "NVIDIA-H100").Obj()
+	for _, b := range []*v1.Pod{boundPod("busy-0", "h100-full", "h100-full:0=1000"), boundPod("busy-1", "h100-full", "h100-full:1=1000")} {
+		if err := podStore.Add(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nodes.Add(full); err != nil {
+		t.Fatal(err)
+	}
+	pl.hostless.nodeGen.Add(1) // the node handler's, with the informers not running here
+	queue.MoveAllToActiveOrBackoffQueue(logger, nodeAdd, nil, full, nil)
+	where("pool")
+	clock.Step(6 * time.Minute)
+	queue.MoveAllToActiveOrBackoffQueue(logger, framework.EventUnschedulableTimeout, nil, nil, nil)
+	where("active")
+
+	// The node goes: gated again after the next refusal.
+	if err := nodes.Delete(full); err != nil {
+		t.Fatal(err)
+	}
+	pl.hostless.nodeGen.Add(1)
+	attempt()
+	clock.Step(6 * time.Minute)
+	queue.MoveAllToActiveOrBackoffQueue(logger, framework.EventUnschedulableTimeout, nil, nil, nil)
+	where("pool")
+
+	// A node where it fits: GPUFit's hint answers Queue, the gate opens at
+	// once, before the node handler has counted the node.
 	h100 := gpuNode("h100", "2").Label(gpu.LabelGPUProduct, "NVIDIA-H100").Obj()
 	if err := nodes.Add(h100); err != nil {
 		t.Fatal(err)
 	}
 	queue.MoveAllToActiveOrBackoffQueue(logger, nodeAdd, nil, h100, nil)
 	where("active")
+	if err := nodes.Delete(h100); err != nil {
+		t.Fatal(err)
+	}
+	pl.hostless.nodeGen.Add(1)
 
-	// Refused again (the snapshot has no H100 node), then activated by the
-	// reconciler, which read the cluster: let in.
+	// Refused again, then activated by the reconciler, which read the
+	// cluster: let in.
 	attempt()
 	clock.Step(6 * time.Minute)
 	queue.MoveAllToActiveOrBackoffQueue(logger, framework.EventUnschedulableTimeout, nil, nil, nil)
@@ -158,7 +194,8 @@ func TestHostlessPodWaitsGated(t *testing.T) {
 	ungating{h: pl.hostless, next: queue}.Activate(logger, map[string]*v1.Pod{"default/h100": pod})
 	where("active")
 
-	// A gate is dropped with its pod.
+	// A gate is dropped with its pod, and a pod deleted during its attempt
+	// is not recorded after its deletion.
 	attempt()
 	if _, ok := pl.hostless.gated(pod.UID); !ok {
 		t.Fatal("not gated after a refusal")
@@ -166,5 +203,13 @@ func TestHostlessPodWaitsGated(t *testing.T) {
 	pl.hostless.forget(pod)
 	if _, ok := pl.hostless.gated(pod.UID); ok || pl.hostless.n.Load() != 0 {
 		t.Error("the gate outlived its pod")
+	}
+	if err := podStore.Delete(pod); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := gpu.ParseRequest(pod, pl.reqOpts)
+	pl.hostless.record(pod, &req, []string{"x"})
+	if pl.hostless.n.Load() != 0 {
+		t.Error("a pod deleted during its attempt was recorded")
 	}
 }
