@@ -120,14 +120,22 @@ func TestHostlessPodWaitsGated(t *testing.T) {
 		queue.Done(pInfo.Pod.UID)
 	}
 
+	// The queue's flush of the pods in its pool longer than 5 minutes.
+	flush := func() {
+		clock.Step(6 * time.Minute)
+		queue.MoveAllToActiveOrBackoffQueue(logger, framework.EventUnschedulableTimeout, nil, nil, nil)
+	}
+	// A change of the nodes' devices, as the node handler counts it (the
+	// informers do not run here).
+	nodesChanged := func() { pl.hostless.nodeGen.Add(1) }
+
 	queue.Add(tCtx, pod)
 	where("active")
 	attempt()
 	where("pool")
-	// The queue's flush of pods older than 5 minutes runs PreEnqueue
-	// again: the pod stays in the pool, no attempt.
-	clock.Step(6 * time.Minute)
-	queue.MoveAllToActiveOrBackoffQueue(logger, framework.EventUnschedulableTimeout, nil, nil, nil)
+	// The flush runs PreEnqueue again: the pod stays in the pool, no
+	// attempt.
+	flush()
 	where("pool")
 
 	// A node without the model: still gated.
@@ -137,8 +145,7 @@ func TestHostlessPodWaitsGated(t *testing.T) {
 		t.Fatal(err)
 	}
 	queue.MoveAllToActiveOrBackoffQueue(logger, nodeAdd, nil, t4, nil)
-	clock.Step(6 * time.Minute)
-	queue.MoveAllToActiveOrBackoffQueue(logger, framework.EventUnschedulableTimeout, nil, nil, nil)
+	flush()
 	where("pool")
 
 	// A node with the model, full: GPUFit's hint skips it (the pod does
@@ -155,21 +162,19 @@ func TestHostlessPodWaitsGated(t *testing.T) {
 	if err := nodes.Add(full); err != nil {
 		t.Fatal(err)
 	}
-	pl.hostless.nodeGen.Add(1) // the node handler's, with the informers not running here
+	nodesChanged()
 	queue.MoveAllToActiveOrBackoffQueue(logger, nodeAdd, nil, full, nil)
 	where("pool")
-	clock.Step(6 * time.Minute)
-	queue.MoveAllToActiveOrBackoffQueue(logger, framework.EventUnschedulableTimeout, nil, nil, nil)
+	flush()
 	where("active")
 
 	// The node goes: gated again after the next refusal.
 	if err := nodes.Delete(full); err != nil {
 		t.Fatal(err)
 	}
-	pl.hostless.nodeGen.Add(1)
+	nodesChanged()
 	attempt()
-	clock.Step(6 * time.Minute)
-	queue.MoveAllToActiveOrBackoffQueue(logger, framework.EventUnschedulableTimeout, nil, nil, nil)
+	flush()
 	where("pool")
 
 	// A node where it fits: GPUFit's hint answers Queue, the gate opens at
@@ -183,13 +188,12 @@ func TestHostlessPodWaitsGated(t *testing.T) {
 	if err := nodes.Delete(h100); err != nil {
 		t.Fatal(err)
 	}
-	pl.hostless.nodeGen.Add(1)
+	nodesChanged()
 
 	// Refused again, then activated by the reconciler, which read the
 	// cluster: let in.
 	attempt()
-	clock.Step(6 * time.Minute)
-	queue.MoveAllToActiveOrBackoffQueue(logger, framework.EventUnschedulableTimeout, nil, nil, nil)
+	flush()
 	where("pool")
 	ungating{h: pl.hostless, next: queue}.Activate(logger, map[string]*v1.Pod{"default/h100": pod})
 	where("active")
