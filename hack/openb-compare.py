@@ -2,14 +2,21 @@
 """Compare gpu-sim runs (OUT/runs/*.json) with the published FGD figures on
 the same seeds: mean allocation at 130% arrival, per workload and policy.
 
-usage: hack/openb-compare.py [--wide] [--policies=P,...] [OUT] [TRACE_DIR]
+usage: hack/openb-compare.py [--wide|--exact] [--policies=P,...] [OUT] [TRACE_DIR]
   --wide: one row per workload, the policies side by side (Δ to 3 decimals)
+  --exact: per workload and policy, the seeds whose whole curve (columns
+           0-130) equals the published FGD row of the same seed, and for
+           the others the first column that differs. Equal means within
+           0.01: the published analysis rounds its means to 2 decimals
+           from a sum taken in another order, so a mean on a rounding
+           boundary can land 0.01 away; how many columns did is counted
   --policies: only these policies
 """
 import collections, csv, glob, gzip, json, os, statistics, sys
 
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 wide = "--wide" in sys.argv[1:]
+exact = "--exact" in sys.argv[1:]
 only = next((a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--policies=")), None)
 out = args[0] if len(args) > 0 else "out/openb"
 trace = args[1] if len(args) > 1 else "data/openb"
@@ -23,16 +30,55 @@ def open_trace(path):
 
 
 pub = collections.defaultdict(dict)  # workload -> seed -> value at 130
+rows = collections.defaultdict(dict)  # workload -> seed -> columns 0-130
 for r in csv.DictReader(open_trace(os.path.join(trace, "fgd_expected_alloc.csv"))):
     if r["sc_policy"].endswith("FGD") and r["130"]:
-        pub[r["workload"].removeprefix("openb_pod_list_")][int(r["seed"])] = float(r["130"])
+        w = r["workload"].removeprefix("openb_pod_list_")
+        pub[w][int(r["seed"])] = float(r["130"])
+        rows[w][int(r["seed"])] = [float(r[str(k)]) if r[str(k)] else float("nan") for k in range(131)]
 
 ours = collections.defaultdict(dict)  # (workload, policy) -> seed -> (value, wall s)
+curves = collections.defaultdict(dict)  # (workload, policy) -> seed -> columns
 for f in glob.glob(os.path.join(out, "runs", "*.json")):
     d = json.load(open(f))
     if only and d["Policy"] not in only:
         continue
     ours[(d["Workload"], d["Policy"])][d["Seed"]] = (d["Curve"][130], d["Wall"] / 1e9)
+    curves[(d["Workload"], d["Policy"])][d["Seed"]] = [float("nan") if v is None else v for v in d["Curve"]]
+
+
+def first_difference(mine, theirs):
+    """The first column where the curves differ by more than the rounding of
+    the last decimal (or None), and how many columns differ by that much."""
+    rounding = 0
+    for k, (a, b) in enumerate(zip(mine, theirs)):
+        if (a != a) != (b != b) or (a == a and abs(a - b) > 0.015):
+            return k, rounding
+        if a == a and abs(a - b) > 0.005:
+            rounding += 1
+    return None, rounding
+
+
+if exact:
+    print("| workload | policy | seeds equal at every column | columns 0.01 away (rounding) | the others: seed (first column that differs, Δ at 130) |")
+    print("|---|---|---|---|---|")
+    total = same = 0
+    for (w, p), cs in sorted(curves.items()):
+        equal, other, off = [], [], 0
+        for seed in sorted(cs):
+            if seed not in rows[w]:
+                continue
+            k, rounding = first_difference(cs[seed], rows[w][seed])
+            if k is None:
+                equal.append(seed)
+                off += rounding
+            else:
+                other.append(f"{seed} ({k}, {cs[seed][130] - rows[w][seed][130]:+.2f})")
+        total += len(equal) + len(other)
+        same += len(equal)
+        print(f"| {w} | {p} | {len(equal)} of {len(equal) + len(other)} | {off} | {', '.join(other)} |")
+    print(f"\n{same} of {total} runs equal the published row at every column (within 0.01)")
+    sys.exit(0)
 
 
 def row(w, runs):

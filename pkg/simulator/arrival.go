@@ -29,8 +29,16 @@ type Arrival struct {
 //     request plus the clone's per-device milli stays within the target (the
 //     original tests m, not m·k); tune down: random pods are removed while
 //     the request exceeds the target;
-//  5. the nodes, sorted by name, get a random rank (Perm): ties between
+//  5. ten values are drawn and dropped: the original starts its scheduler's
+//     informers between the tuning and the ranking, and each of their ten
+//     reflectors draws its watch timeout from the same global source
+//     (client-go's reflector, rand.Float64);
+//  6. the nodes, sorted by name, get a random rank (Perm): ties between
 //     nodes go to the lowest rank, as the original's renamed nodes do.
+//
+// Checked against the original built here (its commit 8f3d641, default, seed
+// 42): the same pods in the same order, and every renamed node its log names
+// (TestArrivalMatchesOriginal).
 func NewArrival(t *Trace, seed int64, tune float64) (*Arrival, error) {
 	if tune <= 0 {
 		return nil, fmt.Errorf("tune must be positive, got %v", tune)
@@ -71,11 +79,18 @@ func NewArrival(t *Trace, seed int64, tune float64) (*Arrival, error) {
 	}
 	a.Pods, a.Requested = pods, requested
 
+	for range originalInformers {
+		r.Int63()
+	}
 	a.Nodes = rankNodes(r, t.Nodes)
 	return a, nil
 }
 
-// rankNodes is step 5 of NewArrival: the nodes, sorted by name, get a random
+// originalInformers is how many reflectors the original's scheduler starts
+// before it ranks the nodes (step 5 of NewArrival).
+const originalInformers = 10
+
+// rankNodes is step 6 of NewArrival: the nodes, sorted by name, get a random
 // rank (Perm) and are renamed with it, so that ties between equal nodes go
 // to a fresh random order per seed, as the original's renamed nodes do.
 func rankNodes(r *rand.Rand, rows []NodeRow) []NodeRow {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
 
 // Columns is the number of discretised arrival points: 0..130 %.
@@ -19,47 +21,84 @@ type Event struct {
 // where no event is near.
 type Curve [Columns]float64
 
-// Discretize reproduces the published analysis (openb-benchmark.md §4):
-// arrive% = round-half-even(100·A/C), alloc% = round(100·U/C, 2); column k is
-// the mean alloc% of the events with arrive% = k, rounded to 2 decimals, or
-// of those with k−1 ≤ arrive% ≤ k+1 when none has exactly k.
+// Discretize reproduces the published analysis (openb-benchmark.md §4;
+// merge_alloc_discrete.py at the original's commit 8f3d641) in its own
+// arithmetic: with G the GPUs, arrive% = round-half-even(A/G/10) and alloc% =
+// round(U/G/10, 2); column k is the mean alloc% of the events with arrive% =
+// k, or of those with k−1 ≤ arrive% ≤ k+1 when none has exactly k, summed as
+// pandas sums (numpy's pairwise sum) and rounded to 2 decimals. A mean on a
+// rounding boundary (30.995) lands on the published side only when summed in
+// that order.
 func Discretize(events []Event, capacity int64) Curve {
-	var sum [Columns + 2]float64
-	var n [Columns + 2]int
+	gpus := float64(capacity) / gpu.MilliPerGPU
+	var by [Columns + 2][]float64
 	for _, e := range events {
-		k := math.RoundToEven(100 * float64(e.Arrived) / float64(capacity))
+		k := math.RoundToEven(float64(e.Arrived) / gpus / 10)
 		if k < 0 || k > Columns {
 			continue
 		}
-		sum[int(k)] += round2(100 * float64(e.Allocated) / float64(capacity))
-		n[int(k)]++
+		by[int(k)] = append(by[int(k)], round2(float64(e.Allocated)/gpus/10))
 	}
 	var c Curve
 	for k := 0; k < Columns; k++ {
-		if n[k] > 0 {
-			c[k] = round2(sum[k] / float64(n[k]))
+		vals := by[k]
+		if len(vals) == 0 {
+			// pandas keeps the frame's order: by event, not by column.
+			vals = nil
+			for _, e := range events {
+				a := math.RoundToEven(float64(e.Arrived) / gpus / 10)
+				if a >= float64(k-1) && a <= float64(k+1) {
+					vals = append(vals, round2(float64(e.Allocated)/gpus/10))
+				}
+			}
+		}
+		if len(vals) == 0 {
+			c[k] = math.NaN()
 			continue
 		}
-		var s float64
-		var m int
-		for j := max(k-1, 0); j <= k+1; j++ {
-			s += sum[j]
-			m += n[j]
-		}
-		if m > 0 {
-			c[k] = round2(s / float64(m))
-		} else {
-			c[k] = math.NaN()
-		}
+		c[k] = round2(pairwiseSum(vals) / float64(len(vals)))
 	}
 	return c
 }
 
-// round2 rounds to 2 decimals as Python's round(x, 2) does: correctly,
-// from the float's exact value, ties to even.
+// pairwiseSum adds as numpy's pairwise_sum does (the sum pandas' mean
+// takes): fewer than 8 values in order; up to 128 in eight interleaved
+// partial sums; more in two halves split at a multiple of 8.
+func pairwiseSum(a []float64) float64 {
+	n := len(a)
+	switch {
+	case n < 8:
+		var s float64
+		for _, v := range a {
+			s += v
+		}
+		return s
+	case n <= 128:
+		var r [8]float64
+		copy(r[:], a[:8])
+		i := 8
+		for ; i < n-n%8; i += 8 {
+			for j := range r {
+				r[j] += a[i+j]
+			}
+		}
+		s := ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+		for ; i < n; i++ {
+			s += a[i]
+		}
+		return s
+	default:
+		h := n / 2
+		h -= h % 8
+		return pairwiseSum(a[:h]) + pairwiseSum(a[h:])
+	}
+}
+
+// round2 rounds to 2 decimals as the published analysis does: its values
+// are numpy floats, whose round scales by 100, rounds half to even and
+// scales back (2.675 gives 2.68, where Python's own round gives 2.67).
 func round2(x float64) float64 {
-	v, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'f', 2, 64), 64)
-	return v
+	return math.RoundToEven(x*100) / 100
 }
 
 // Stats is a mean and sample standard deviation.

@@ -47,9 +47,9 @@ func TestDiscretizeHandWorked(t *testing.T) {
 }
 
 func TestRound2(t *testing.T) {
-	for in, want := range map[float64]float64{95.29456: 95.29, 95.295: 95.3, 0.125: 0.12, 0.135: 0.14, 42.166666: 42.17, 100: 100} {
-		// 95.295 is 95.2950000000000017… in binary: rounds up; 0.125 is an
-		// exact tie: to even.
+	for in, want := range map[float64]float64{95.29456: 95.29, 95.295: 95.3, 0.125: 0.12, 0.135: 0.14, 42.166666: 42.17, 100: 100, 2.675: 2.68} {
+		// 0.125 is an exact tie: to even. 2.675 is 2.67499999999999982…
+		// in binary, but 267.5 once scaled, as numpy rounds it.
 		if got := round2(in); got != want {
 			t.Errorf("round2(%v) = %v, want %v", in, got, want)
 		}
@@ -233,5 +233,68 @@ func TestShippedTrace(t *testing.T) {
 	pub, err := LoadPublished(filepath.Join(dir, PublishedFile))
 	if err != nil || len(pub["default"]["FGD"]) == 0 {
 		t.Errorf("published results: %v", err)
+	}
+}
+
+// The arrival is the original simulator's, draw for draw. The figures are
+// from its own log, built and run here at its commit 8f3d641 (default, tune
+// 1.3, seed 42, FGD): the first pods it creates, and nodes it names as
+// renamed ("pod(...) is scheduled to node(0037-openb-node-1080)"). Without
+// the ten draws of its informers the pods agree and every rank differs.
+func TestArrivalMatchesOriginal(t *testing.T) {
+	tr, err := Load(filepath.Join("..", "..", DefaultTraceDir), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewArrival(tr, 42, 1.3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPods := []string{"openb-pod-0255", "openb-pod-1685", "openb-pod-6784", "openb-pod-4463", "openb-pod-0602",
+		"openb-pod-1564", "openb-pod-3882", "openb-pod-7257", "openb-pod-6545", "openb-pod-1541"}
+	var gotPods []string
+	for _, p := range a.Pods[:len(wantPods)] {
+		gotPods = append(gotPods, p.Name)
+	}
+	if diff := cmp.Diff(wantPods, gotPods); diff != "" {
+		t.Errorf("first pods (-original +ours):\n%s", diff)
+	}
+	if len(a.Pods) != 10866 {
+		t.Errorf("%d pods, the original creates 10866", len(a.Pods))
+	}
+	// Rank → node, as the original renamed them.
+	wantNodes := map[int]string{0: "openb-node-0260", 1: "openb-node-0858", 2: "openb-node-0619", 37: "openb-node-1080",
+		45: "openb-node-0141", 100: "openb-node-0980", 200: "openb-node-0330", 300: "openb-node-0576",
+		400: "openb-node-1107", 500: "openb-node-1124", 600: "openb-node-1162", 700: "openb-node-0116",
+		848: "openb-node-0767", 1140: "openb-node-1140"}
+	for rank, name := range wantNodes {
+		if got, want := a.Nodes[rank].Name, fmt.Sprintf("%04d-%s", rank, name); got != want {
+			t.Errorf("rank %d: %s, the original's is %s", rank, got, want)
+		}
+	}
+}
+
+// The published means are numpy sums: ten 0.1s make 1 there (eight partial
+// sums, then the rest), 0.9999999999999999 added in order.
+func TestPairwiseSumIsNumpys(t *testing.T) {
+	a := make([]float64, 10)
+	for i := range a {
+		a[i] = 0.1
+	}
+	var seq float64
+	for _, v := range a {
+		seq += v
+	}
+	if got := pairwiseSum(a); got != 1 || seq == 1 {
+		t.Errorf("pairwise %v, in order %v", got, seq)
+	}
+	// Past 128 values the halves split at a multiple of 8: the sum of
+	// 0..299 is exact either way.
+	b := make([]float64, 300)
+	for i := range b {
+		b[i] = float64(i)
+	}
+	if got := pairwiseSum(b); got != 299*300/2 {
+		t.Errorf("sum of 0..299: %v", got)
 	}
 }
