@@ -63,6 +63,20 @@ type Scoring struct {
 	// the node whose name starts with the smallest number wins (its nodes
 	// are renamed %04d-<name> per seed). For reproducing its results only.
 	ReferenceOrder bool
+	// ExactDevice picks a share's device on a node by the exact growth
+	// (then the tighter device), still scoring the node by its bucket.
+	ExactDevice bool
+	// ReferenceArithmetic computes Fragmentation's F and score as the
+	// published simulator does, float rounding included (reference.go),
+	// when the workload carries its weights. For reproducing its results
+	// only.
+	ReferenceArithmetic bool
+}
+
+// refArith reports whether F and its score follow the original's
+// arithmetic for this workload.
+func (sc Scoring) refArith(wl *Workload) bool {
+	return sc.ReferenceArithmetic && wl.Reference()
 }
 
 // prio is the node's rank in the last tie-break.
@@ -264,15 +278,22 @@ func (sc Scoring) memLeft(free, mem int64) int64 {
 }
 
 func (sc Scoring) fragScore(s *NodeState, wl *Workload, c Choice, r *Request) int64 {
-	fc := wl.cache(s, sc.MemoryAware)
+	ref := sc.refArith(wl)
+	fc := wl.cacheAs(s, sc.MemoryAware, ref)
 	after := s.Free
 	for i := 0; i < int(s.Count); i++ {
 		if c.Mask&(1<<uint(i)) != 0 {
 			after[i] = s.freeAfter(i, c.Milli, &c.Share)
 		}
 	}
-	f := wl.frag(&after, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), &fc.match)
-	return sc.key(sc.fragPrimary(f-fc.base), s.Idle()-int64(c.Milli)*int64(popcount(c.Mask)), sc.prio(s))
+	var primary int64
+	if ref {
+		primary = refScore(fc.base, wl.refFrag(s, &after, s.Count, s.CPUFree-r.CPU))
+	} else {
+		f := wl.frag(&after, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), &fc.match)
+		primary = sc.fragPrimary(f - fc.base)
+	}
+	return sc.key(primary, s.Idle()-int64(c.Milli)*int64(popcount(c.Mask)), sc.prio(s))
 }
 
 // bestFragDevice tries the devices a share fits on. Bucketed, the first
@@ -280,7 +301,8 @@ func (sc Scoring) fragScore(s *NodeState, wl *Workload, c Choice, r *Request) in
 // then the tighter device. Devices with the same free milli give the same
 // fragmentation and are tried once.
 func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, sh *DeviceShare, mask uint64, r *Request) (Choice, int64, bool) {
-	fc := wl.cache(s, sc.MemoryAware)
+	ref := sc.refArith(wl)
+	fc := wl.cacheAs(s, sc.MemoryAware, ref)
 	cpu, mem := s.CPUFree-r.CPU, sc.memFree(s, r.Memory)
 	best := -1
 	var bestF float64
@@ -309,9 +331,19 @@ func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, sh *De
 		nTried++
 		after := s.Free
 		after[i] = pair[1]
-		f := wl.frag(&after, s.Count, cpu, mem, &fc.match)
-		p := sc.fragPrimary(f - fc.base)
+		var f float64
+		var p int64
+		if ref {
+			f = wl.refFrag(s, &after, s.Count, cpu)
+			p = refScore(fc.base, f)
+		} else {
+			f = wl.frag(&after, s.Count, cpu, mem, &fc.match)
+			p = sc.fragPrimary(f - fc.base)
+		}
 		better := best < 0 || p > bestP
+		if sc.ExactDevice && best >= 0 {
+			better = f < bestF || (f == bestF && v < s.Free[best])
+		}
 		if sc.Exact && !better && p == bestP && v < s.Free[best] {
 			better = true
 		}
@@ -322,7 +354,7 @@ func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, sh *De
 	if best < 0 {
 		return Choice{}, 0, false
 	}
-	return Choice{Mask: 1 << uint(best), Milli: milli, Share: *sh}, sc.key(sc.fragPrimary(bestF-fc.base), s.Idle()-int64(milli), sc.prio(s)), true
+	return Choice{Mask: 1 << uint(best), Milli: milli, Share: *sh}, sc.key(bestP, s.Idle()-int64(milli), sc.prio(s)), true
 }
 
 // cpuOnlyScore keeps CPU-only pods off GPU nodes: the idle GPU a node has is
@@ -340,7 +372,10 @@ func (sc Scoring) cpuOnlyScore(p Policy, s *NodeState, r *Request, wl *Workload)
 	idle := s.Idle()
 	if p == Fragmentation {
 		primary := sc.fragPrimary(0)
-		if !sc.leavesRoom(s.CPUFree, s.MemFree, r, wl) {
+		if sc.refArith(wl) {
+			fc := wl.cacheAs(s, sc.MemoryAware, true)
+			primary = refScore(fc.base, wl.refFrag(s, &s.Free, s.Count, s.CPUFree-r.CPU))
+		} else if !sc.leavesRoom(s.CPUFree, s.MemFree, r, wl) {
 			fc := wl.cache(s, sc.MemoryAware)
 			f := wl.frag(&s.Free, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), &fc.match)
 			primary = sc.fragPrimary(f - fc.base)
@@ -384,7 +419,7 @@ func (sc Scoring) cpuOnlyQuick(p Policy, hasGPU bool, prio uint16, cpuFree, memF
 	if !hasGPU {
 		return sc.key(cpuNodeTop, 0, 0), true
 	}
-	if sc.needsIdle(p) || !sc.leavesRoom(cpuFree, memFree, r, wl) {
+	if sc.needsIdle(p) || sc.refArith(wl) || !sc.leavesRoom(cpuFree, memFree, r, wl) {
 		return 0, false
 	}
 	return sc.key(sc.fragPrimary(0)-cpuNodeTop, 0, prio), true

@@ -62,6 +62,9 @@ type Workload struct {
 	// maxCPU and maxMem are the largest CPU and memory of a GPU task: a
 	// node left with at least that much frees no GPU task by CPU or memory.
 	maxCPU, maxMem int64
+	// ref is the published simulator's view of the same tasks
+	// (NewReferenceWorkload); nil otherwise.
+	ref []refTask
 }
 
 // NewWorkload normalises the weights and orders the tasks for Frag.
@@ -106,6 +109,7 @@ func (w *Workload) Tasks() []Task { return w.tasks }
 type fragCache struct {
 	wl       *Workload
 	memAware bool
+	ref      bool // the base is the original's F (refFrag)
 	match    [maskWords]uint64 // task i's model selector allows this node
 	base     float64
 }
@@ -123,16 +127,25 @@ func (w *Workload) matchMask(s *NodeState, mask *[maskWords]uint64) {
 
 // cache returns the node's memoised baseline for this workload.
 func (w *Workload) cache(s *NodeState, memAware bool) *fragCache {
-	if c := s.frag.p.Load(); c != nil && c.wl == w && c.memAware == memAware {
+	return w.cacheAs(s, memAware, false)
+}
+
+// cacheAs is cache, with the base in the original's arithmetic if ref.
+func (w *Workload) cacheAs(s *NodeState, memAware, ref bool) *fragCache {
+	if c := s.frag.p.Load(); c != nil && c.wl == w && c.memAware == memAware && c.ref == ref {
 		return c
 	}
-	c := &fragCache{wl: w, memAware: memAware}
+	c := &fragCache{wl: w, memAware: memAware, ref: ref}
 	w.matchMask(s, &c.match)
 	mem := int64(math.MaxInt64)
 	if memAware {
 		mem = s.MemFree
 	}
-	c.base = w.frag(&s.Free, s.Count, s.CPUFree, mem, &c.match)
+	if ref {
+		c.base = w.refFrag(s, &s.Free, s.Count, s.CPUFree)
+	} else {
+		c.base = w.frag(&s.Free, s.Count, s.CPUFree, mem, &c.match)
+	}
 	s.frag.p.Store(c)
 	return c
 }

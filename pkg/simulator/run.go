@@ -53,10 +53,13 @@ const (
 	// FGDPure is the paper's FGD and nothing more: no memory in the fit,
 	// CPU-only pods by the node order alone (no least-idle rule).
 	FGDPure Policy = "fgd-pure"
+	// LearnedXDev is Learned with a share's device chosen by the exact
+	// growth instead of the first device of the best bucket.
+	LearnedXDev Policy = "learned-xdev"
 )
 
 // Policies lists every policy, in report order; the ablations come last.
-var Policies = []Policy{Learned, FGD, BestFit, Packing, Spread, Vanilla, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder}
+var Policies = []Policy{Learned, FGD, BestFit, Packing, Spread, Vanilla, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder, LearnedXDev}
 
 // Compared is the default set: the six the benchmark compares.
 var Compared = Policies[:6]
@@ -74,6 +77,7 @@ var PolicyHelp = map[Policy]string{
 	FGDNoPrio:   "ablation: fgd without the stable node-order tie-break",
 	FGDExact:    "ablation: fgd ranked by the exact growth, least-idle tie-break, no node order",
 	FGDCPUOrder: "ablation: fgd with CPU-only pods on GPU nodes by the node order alone (no least-idle first)",
+	LearnedXDev: "experiment: learned with a share's device chosen by the exact fragmentation growth",
 }
 
 // ParsePolicy validates a policy name.
@@ -170,6 +174,8 @@ func Profile(p Policy, t *Trace, tieOrder string) (*schedconfig.KubeSchedulerPro
 	}
 	switch p {
 	case Learned, Vanilla:
+	case LearnedXDev:
+		args.Scoring.ExactDeviceChoice = true
 	case FGD, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder:
 		args.Policy = string(gpu.Fragmentation)
 		args.TargetWorkload.Mode = config.WorkloadStatic
@@ -180,6 +186,12 @@ func Profile(p Policy, t *Trace, tieOrder string) (*schedconfig.KubeSchedulerPro
 		case FGDPure:
 			args.Scoring.MemoryAware = false
 			args.Scoring.CPUOnlyLeastIdleTieBreak = false
+			if tieOrder == TieReference {
+				// The paper's FGD as its simulator computes it, float
+				// rounding included, to land on its placements.
+				args.Scoring.ReferenceArithmetic = true
+				args.TargetWorkload.ReferenceTracePods = int64(len(t.Pods))
+			}
 		case FGDNoPrio:
 			args.Scoring.NodePriorityTieBreak = false
 		case FGDCPUOrder:

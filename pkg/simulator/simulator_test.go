@@ -298,3 +298,50 @@ func TestPairwiseSumIsNumpys(t *testing.T) {
 		t.Errorf("sum of 0..299: %v", got)
 	}
 }
+
+// The original's arithmetic scores what its own replay scored. The two
+// nodes are from the original built here and instrumented (default, seed
+// 42, the 3,975th pod, openb-pod-3051, CPU only, 15.4 CPUs): both keep F
+// unchanged, yet it scored 0305-openb-node-0484 49 and 0306-openb-node-0793
+// 50, because moving the CPU-only tasks from "satisfied" to "lack CPU"
+// changes its float sum of F; so it placed the pod on the second. The
+// shipped arithmetic scores both 50.
+func TestReferenceArithmeticMatchesOriginal(t *testing.T) {
+	tr, err := Load(filepath.Join("..", "..", DefaultTraceDir), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tasks []gpu.Task
+	for _, tk := range TraceTasks(tr, 0.95) {
+		tasks = append(tasks, gpu.Task{CPU: tk.CPUMilli, Memory: tk.MemoryMiB, Milli: tk.GPUMilli, Count: tk.GPUCount,
+			Models: gpu.ModelSelector{Exact: tk.Models}, Weight: float64(tk.Weight)})
+	}
+	ref, err := gpu.NewReferenceWorkload(tasks, int64(len(tr.Pods)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := func(cpuFree int64, free ...int32) *gpu.NodeState {
+		s := gpu.NewNodeState("n", gpu.Inventory{Count: int32(len(free)), Model: "G2", ModelFold: "G2"}, cpuFree)
+		copy(s.Free[:], free)
+		return s
+	}
+	pod := &gpu.Request{CPU: 15400}
+	sc := gpu.Scoring{Policy: gpu.Fragmentation, NodePriority: true, ReferenceOrder: true}
+	for _, c := range []struct {
+		name       string
+		s          *gpu.NodeState
+		original   int64
+		arithmetic bool
+	}{
+		{"0305 as the original", node(24992, 190, 0, 190, 0, 0, 0, 190, 190), 49, true},
+		{"0306 as the original", node(19930, 60, 0, 0, 0, 0, 0, 190, 0), 50, true},
+		{"0305 as shipped", node(24992, 190, 0, 190, 0, 0, 0, 190, 190), 50, false},
+	} {
+		sc.ReferenceArithmetic = c.arithmetic
+		_, key, ok := sc.Evaluate(c.s, pod, ref)
+		// The key is (score − the CPU-only offset) << 37 plus the node order.
+		if got := key>>37 + 1<<24; !ok || got != c.original {
+			t.Errorf("%s: score %d, want %d", c.name, got, c.original)
+		}
+	}
+}

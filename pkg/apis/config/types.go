@@ -106,6 +106,15 @@ type ScoringOptions struct {
 	// simulator sets it to reproduce published results; no versioned
 	// field.
 	ReferenceNodeOrder bool
+	// ExactDeviceChoice picks a share's device by the exact fragmentation
+	// growth (then the tighter device) instead of the first device of the
+	// best bucket. Internal only: an ablation of the simulator.
+	ExactDeviceChoice bool
+	// ReferenceArithmetic computes Fragmentation's score as the published
+	// simulator does, float rounding included, against a static workload
+	// with TargetWorkload.ReferenceTracePods. Internal only, as
+	// ReferenceNodeOrder.
+	ReferenceArithmetic bool
 }
 
 // Resolution values.
@@ -125,6 +134,9 @@ type TargetWorkload struct {
 	HalfLifePods int32
 	// Tasks is the workload for Static mode.
 	Tasks []WorkloadTask
+	// ReferenceTracePods is how many pods the trace the static tasks were
+	// counted from has (Scoring.ReferenceArithmetic). Internal only.
+	ReferenceTracePods int64
 }
 
 // WorkloadTask is one typical pod and its relative frequency.

@@ -60,12 +60,18 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		MemoryAware:      args.Scoring.MemoryAware,
 		CPUOnlyLeastIdle: args.Scoring.CPUOnlyLeastIdleTieBreak,
 		ReferenceOrder:   args.Scoring.ReferenceNodeOrder,
+		ExactDevice:      args.Scoring.ExactDeviceChoice,
+		// Set by the simulator only, with the trace's pod count.
+		ReferenceArithmetic: args.Scoring.ReferenceArithmetic,
 	}
 	s := shared.For(h)
 	context.AfterFunc(ctx, func() { shared.Forget(h) })
 	w := args.TargetWorkload
 	if w.Mode == config.WorkloadStatic {
 		wl, err := StaticWorkload(w.Tasks)
+		if err == nil && sc.ReferenceArithmetic && w.ReferenceTracePods > 0 {
+			wl, err = gpu.NewReferenceWorkload(staticTasks(w.Tasks), w.ReferenceTracePods)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: args.targetWorkload: %w", Name, err)
 		}
@@ -78,12 +84,16 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 
 // StaticWorkload turns configured tasks into a workload.
 func StaticWorkload(tasks []config.WorkloadTask) (*gpu.Workload, error) {
+	return gpu.NewWorkload(staticTasks(tasks))
+}
+
+func staticTasks(tasks []config.WorkloadTask) []gpu.Task {
 	var out []gpu.Task
 	for _, t := range tasks {
 		out = append(out, gpu.Task{CPU: t.CPUMilli, Memory: t.MemoryMiB, Milli: t.GPUMilli, Count: t.GPUCount,
 			Models: gpu.ModelSelector{Exact: slices.Clone(t.Models)}, Weight: float64(t.Weight)})
 	}
-	return gpu.NewWorkload(out)
+	return out
 }
 
 // Name returns the plugin's name.
