@@ -114,5 +114,5 @@ func (w *Workload) refFrag(s *NodeState, free *[MaxDevices]int32, count int32, c
 // refScore is the original's score from F before and after:
 // int64(sigmoid((before−after)/1000)·100).
 func refScore(before, after float64) int64 {
-	return int64(1.0 / (1.0 + math.Exp(-((before-after)/MilliPerGPU))) * float64(100))
+	return int64(1.0 / (1.0 + math.Exp(-((before - after) / MilliPerGPU))) * float64(100))
 }

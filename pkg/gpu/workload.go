@@ -109,7 +109,7 @@ func (w *Workload) Tasks() []Task { return w.tasks }
 type fragCache struct {
 	wl       *Workload
 	memAware bool
-	ref      bool // the base is the original's F (refFrag)
+	ref      bool              // the base is the original's F (refFrag)
 	match    [maskWords]uint64 // task i's model selector allows this node
 	base     float64
 }
