@@ -5,11 +5,8 @@ the same seeds: mean allocation at 130% arrival, per workload and policy.
 usage: hack/openb-compare.py [--wide|--exact] [--policies=P,...] [OUT] [TRACE_DIR]
   --wide: one row per workload, the policies side by side (Δ to 3 decimals)
   --exact: per workload and policy, the seeds whose whole curve (columns
-           0-130) equals the published FGD row of the same seed, and for
-           the others the first column that differs. Equal means within
-           0.01: the published analysis rounds its means to 2 decimals
-           from a sum taken in another order, so a mean on a rounding
-           boundary can land 0.01 away; how many columns did is counted
+           0-130) equals the published FGD row of the same seed to 2
+           decimals, and for the others the first column that differs
   --policies: only these policies
 """
 import collections, csv, glob, gzip, json, os, statistics, sys
@@ -48,36 +45,31 @@ for f in glob.glob(os.path.join(out, "runs", "*.json")):
 
 
 def first_difference(mine, theirs):
-    """The first column where the curves differ by more than the rounding of
-    the last decimal (or None), and how many columns differ by that much."""
-    rounding = 0
+    """The first column where the curves differ (or None)."""
     for k, (a, b) in enumerate(zip(mine, theirs)):
-        if (a != a) != (b != b) or (a == a and abs(a - b) > 0.015):
-            return k, rounding
-        if a == a and abs(a - b) > 0.005:
-            rounding += 1
-    return None, rounding
+        if (a != a) != (b != b) or (a == a and abs(a - b) > 0.005):
+            return k
+    return None
 
 
 if exact:
-    print("| workload | policy | seeds equal at every column | columns 0.01 away (rounding) | the others: seed (first column that differs, Δ at 130) |")
-    print("|---|---|---|---|---|")
+    print("| workload | policy | seeds equal at every column | the others: seed (first column that differs, Δ at 130) |")
+    print("|---|---|---|---|")
     total = same = 0
     for (w, p), cs in sorted(curves.items()):
-        equal, other, off = [], [], 0
+        equal, other = [], []
         for seed in sorted(cs):
             if seed not in rows[w]:
                 continue
-            k, rounding = first_difference(cs[seed], rows[w][seed])
+            k = first_difference(cs[seed], rows[w][seed])
             if k is None:
                 equal.append(seed)
-                off += rounding
             else:
                 other.append(f"{seed} ({k}, {cs[seed][130] - rows[w][seed][130]:+.2f})")
         total += len(equal) + len(other)
         same += len(equal)
-        print(f"| {w} | {p} | {len(equal)} of {len(equal) + len(other)} | {off} | {', '.join(other)} |")
-    print(f"\n{same} of {total} runs equal the published row at every column (within 0.01)")
+        print(f"| {w} | {p} | {len(equal)} of {len(equal) + len(other)} | {', '.join(other)} |")
+    print(f"\n{same} of {total} runs equal the published row at every column")
     sys.exit(0)
 
 
