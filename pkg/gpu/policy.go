@@ -341,10 +341,11 @@ func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, sh *De
 			p = sc.fragPrimary(f - fc.base)
 		}
 		better := best < 0 || p > bestP
-		if sc.ExactDevice && best >= 0 {
+		switch {
+		case best < 0:
+		case sc.ExactDevice:
 			better = f < bestF || (f == bestF && v < s.Free[best])
-		}
-		if sc.Exact && !better && p == bestP && v < s.Free[best] {
+		case sc.Exact && !better && p == bestP && v < s.Free[best]:
 			better = true
 		}
 		if better {

@@ -1,6 +1,9 @@
 package gpu
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // The published FGD simulator's arithmetic, for reproducing its results
 // bit for bit (gpu-sim --tie-order reference, policy fgd-pure). Its F is a
@@ -24,6 +27,14 @@ type refTask struct {
 // pods the kept tasks cover ((c/T)/(C/T), which is not always c/C in
 // floating point). Weights are counts here.
 func NewReferenceWorkload(tasks []Task, tracePods int64) (*Workload, error) {
+	if tracePods <= 0 {
+		return nil, fmt.Errorf("the original's weights need the trace's pod count")
+	}
+	if len(tasks) >= MaxTasks {
+		// TypicalTasks stops at MaxTasks; the original keeps as many as its
+		// coverage takes, so its weights would differ.
+		return nil, fmt.Errorf("%d typical tasks: the original may keep more than the %d kept here", len(tasks), MaxTasks)
+	}
 	w, err := NewWorkload(tasks)
 	if err != nil {
 		return nil, err
@@ -68,7 +79,10 @@ func (w *Workload) refFrag(s *NodeState, free *[MaxDevices]int32, count int32, c
 	var d [classes]float64
 	for i := range w.ref {
 		t := &w.ref[i]
-		whole := t.w * float64(idle)
+		// Each product is rounded on its own (the explicit conversion
+		// forbids a fused multiply-add, which arm64 would use): the
+		// original ran on amd64, which never fuses them.
+		whole := float64(t.w * float64(idle))
 		if t.Milli == 0 {
 			if cpuFree >= t.CPU {
 				d[xlSatisfied] += whole
@@ -92,8 +106,8 @@ func (w *Workload) refFrag(s *NodeState, free *[MaxDevices]int32, count int32, c
 		}
 		switch {
 		case fits >= t.Count && cpuFree >= t.CPU:
-			d[q2LackGPU] += t.w * float64(small)
-			d[q3Satisfied] += t.w * float64(idle-small)
+			d[q2LackGPU] += float64(t.w * float64(small))
+			d[q3Satisfied] += float64(t.w * float64(idle-small))
 		case fits >= t.Count:
 			d[q4LackCPU] += whole
 		case cpuFree >= t.CPU:

@@ -32,7 +32,10 @@ type Arrival struct {
 //  5. ten values are drawn and dropped: the original starts its scheduler's
 //     informers between the tuning and the ranking, and each of their ten
 //     reflectors draws its watch timeout from the same global source
-//     (client-go's reflector, rand.Float64);
+//     (client-go's reflector, rand.Float64). It always ranks after all
+//     ten: it waits for the caches (polling every 100 ms), each reflector
+//     draws as it starts its watch, and the fake clientset's watches never
+//     time out, so none draws again;
 //  6. the nodes, sorted by name, get a random rank (Perm): ties between
 //     nodes go to the lowest rank, as the original's renamed nodes do.
 //

@@ -24,11 +24,12 @@ type Curve [Columns]float64
 // Discretize reproduces the published analysis (openb-benchmark.md §4;
 // merge_alloc_discrete.py at the original's commit 8f3d641) in its own
 // arithmetic: with G the GPUs, arrive% = round-half-even(A/G/10) and alloc% =
-// round(U/G/10, 2); column k is the mean alloc% of the events with arrive% =
-// k, or of those with k−1 ≤ arrive% ≤ k+1 when none has exactly k, summed as
-// pandas sums (numpy's pairwise sum) and rounded to 2 decimals. A mean on a
-// rounding boundary (30.995) lands on the published side only when summed in
-// that order.
+// round(U/G/10, 2), both Python's round (pandas' apply hands it Python
+// floats); column k is the mean alloc% of the events with arrive% = k, or of
+// those with k−1 ≤ arrive% ≤ k+1 when none has exactly k, summed as pandas
+// sums (numpy's pairwise sum) and rounded as numpy rounds (npRound2). A mean
+// on a rounding boundary (30.995) lands on the published side only when
+// summed and rounded that way.
 func Discretize(events []Event, capacity int64) Curve {
 	gpus := float64(capacity) / gpu.MilliPerGPU
 	var by [Columns + 2][]float64
@@ -56,7 +57,7 @@ func Discretize(events []Event, capacity int64) Curve {
 			c[k] = math.NaN()
 			continue
 		}
-		c[k] = round2(pairwiseSum(vals) / float64(len(vals)))
+		c[k] = npRound2(pairwiseSum(vals) / float64(len(vals)))
 	}
 	return c
 }
@@ -94,10 +95,17 @@ func pairwiseSum(a []float64) float64 {
 	}
 }
 
-// round2 rounds to 2 decimals as the published analysis does: its values
-// are numpy floats, whose round scales by 100, rounds half to even and
-// scales back (2.675 gives 2.68, where Python's own round gives 2.67).
+// round2 rounds to 2 decimals as Python's round(x, 2) does: correctly,
+// from the float's exact value, ties to even.
 func round2(x float64) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'f', 2, 64), 64)
+	return v
+}
+
+// npRound2 rounds to 2 decimals as numpy's round does a numpy float (what
+// pandas' mean returns): scaled by 100, rounded half to even, scaled back
+// (2.675 gives 2.68, where round2 gives 2.67).
+func npRound2(x float64) float64 {
 	return math.RoundToEven(x*100) / 100
 }
 

@@ -47,11 +47,17 @@ func TestDiscretizeHandWorked(t *testing.T) {
 }
 
 func TestRound2(t *testing.T) {
-	for in, want := range map[float64]float64{95.29456: 95.29, 95.295: 95.3, 0.125: 0.12, 0.135: 0.14, 42.166666: 42.17, 100: 100, 2.675: 2.68} {
-		// 0.125 is an exact tie: to even. 2.675 is 2.67499999999999982…
-		// in binary, but 267.5 once scaled, as numpy rounds it.
+	for in, want := range map[float64]float64{95.29456: 95.29, 95.295: 95.3, 0.125: 0.12, 0.135: 0.14, 42.166666: 42.17, 100: 100, 2.675: 2.67} {
+		// 95.295 is 95.2950000000000017… in binary: rounds up; 0.125 is an
+		// exact tie: to even; 2.675 is 2.67499999999999982….
 		if got := round2(in); got != want {
 			t.Errorf("round2(%v) = %v, want %v", in, got, want)
+		}
+	}
+	// numpy scales first: 2.675 × 100 is 267.5, a tie, to even.
+	for in, want := range map[float64]float64{2.675: 2.68, 0.125: 0.12, 42.166666: 42.17} {
+		if got := npRound2(in); got != want {
+			t.Errorf("npRound2(%v) = %v, want %v", in, got, want)
 		}
 	}
 }
@@ -288,14 +294,24 @@ func TestPairwiseSumIsNumpys(t *testing.T) {
 	if got := pairwiseSum(a); got != 1 || seq == 1 {
 		t.Errorf("pairwise %v, in order %v", got, seq)
 	}
-	// Past 128 values the halves split at a multiple of 8: the sum of
-	// 0..299 is exact either way.
-	b := make([]float64, 300)
-	for i := range b {
-		b[i] = float64(i)
+	// Eight values take the block path: ((B+64)+(64+64)) + ((64+64)+(64+64))
+	// keeps 256 of the seven 64s next to B = 2^60 (whose ulp is 256), in
+	// order they are all lost.
+	const big = 1 << 60
+	eight := []float64{big, 64, 64, 64, 64, 64, 64, 64}
+	if got := pairwiseSum(eight); got != big+256 {
+		t.Errorf("eight values: %v, want 2^60+256", got)
 	}
-	if got := pairwiseSum(b); got != 299*300/2 {
-		t.Errorf("sum of 0..299: %v", got)
+	// Past 128 the halves split at a multiple of 8: 136 values split at 64,
+	// so the four 64s at 64..67 meet −B at 68 in the second half's partial
+	// sums and survive (256); split at 68 they would be added to B and lost.
+	long := make([]float64, 136)
+	long[0], long[68] = big, -big
+	for i := 64; i < 68; i++ {
+		long[i] = 64
+	}
+	if got := pairwiseSum(long); got != 256 {
+		t.Errorf("136 values: %v, want 256", got)
 	}
 }
 
@@ -320,8 +336,8 @@ func TestReferenceArithmeticMatchesOriginal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := func(cpuFree int64, free ...int32) *gpu.NodeState {
-		s := gpu.NewNodeState("n", gpu.Inventory{Count: int32(len(free)), Model: "G2", ModelFold: "G2"}, cpuFree)
+	node := func(model string, cpuFree int64, free ...int32) *gpu.NodeState {
+		s := gpu.NewNodeState("n", gpu.Inventory{Count: int32(len(free)), Model: model, ModelFold: strings.ToUpper(model)}, cpuFree)
 		copy(s.Free[:], free)
 		return s
 	}
@@ -333,9 +349,17 @@ func TestReferenceArithmeticMatchesOriginal(t *testing.T) {
 		original   int64
 		arithmetic bool
 	}{
-		{"0305 as the original", node(24992, 190, 0, 190, 0, 0, 0, 190, 190), 49, true},
-		{"0306 as the original", node(19930, 60, 0, 0, 0, 0, 0, 190, 0), 50, true},
-		{"0305 as shipped", node(24992, 190, 0, 190, 0, 0, 0, 190, 190), 50, false},
+		{"0305 as the original", node("G2", 24992, 190, 0, 190, 0, 0, 0, 190, 190), 49, true},
+		{"0306 as the original", node("G2", 19930, 60, 0, 0, 0, 0, 0, 190, 0), 50, true},
+		{"0305 as shipped", node("G2", 24992, 190, 0, 190, 0, 0, 0, 190, 190), 50, false},
+		// The other nodes it scored for the same pod, F growing.
+		{"0237", node("V100M16", 19848, 160, 1000, 1000, 1000), 16, true},
+		{"0146", node("V100M16", 24900, 0, 0, 0, 1000, 1000, 1000, 1000, 1000), 8, true},
+		{"0002", node("G2", 24848, 0, 190, 1000, 1000, 1000, 1000, 1000, 1000), 5, true},
+		{"0144", node("G2", 18876, 0, 0, 0, 60, 0, 1000, 1000, 1000), 12, true},
+		{"0312", node("T4", 82190, 0, 0), 50, true},
+		{"0314", node("T4", 78700, 0, 70), 50, true},
+		{"0308", node("T4", 40000, 60, 0), 50, true},
 	} {
 		sc.ReferenceArithmetic = c.arithmetic
 		_, key, ok := sc.Evaluate(c.s, pod, ref)

@@ -64,12 +64,15 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		// Set by the simulator only, with the trace's pod count.
 		ReferenceArithmetic: args.Scoring.ReferenceArithmetic,
 	}
+	w := args.TargetWorkload
+	if sc.ReferenceArithmetic && (w.Mode != config.WorkloadStatic || w.ReferenceTracePods <= 0) {
+		return nil, fmt.Errorf("%s: the reference arithmetic needs a static target workload and the trace's pod count", Name)
+	}
 	s := shared.For(h)
 	context.AfterFunc(ctx, func() { shared.Forget(h) })
-	w := args.TargetWorkload
 	if w.Mode == config.WorkloadStatic {
 		wl, err := StaticWorkload(w.Tasks)
-		if err == nil && sc.ReferenceArithmetic && w.ReferenceTracePods > 0 {
+		if err == nil && sc.ReferenceArithmetic {
 			wl, err = gpu.NewReferenceWorkload(staticTasks(w.Tasks), w.ReferenceTracePods)
 		}
 		if err != nil {
