@@ -7,6 +7,9 @@ usage: hack/openb-paired.py A B [OUT]    e.g. hack/openb-paired.py learned fgd-p
 """
 import collections, glob, json, os, statistics, sys
 
+# simulator.ResultFormat: runs of another format are refused, not mixed.
+FORMAT = 3
+
 # Two-sided 95% quantiles of Student's t, by degrees of freedom.
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
        11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120}
@@ -14,8 +17,15 @@ T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8:
 a, b = sys.argv[1], sys.argv[2]
 out = sys.argv[3] if len(sys.argv) > 3 else "out/openb"
 runs = collections.defaultdict(dict)  # (workload, policy) -> seed -> value at 130
-for f in glob.glob(os.path.join(out, "runs", "*.json")):
+seen = {}  # (workload, policy, seed) -> file
+for f in sorted(glob.glob(os.path.join(out, "runs", "*.json"))):
     d = json.load(open(f))
+    if d.get("Format") != FORMAT:
+        sys.exit(f"{f}: made by another version of gpu-sim (format {d.get('Format')}, want {FORMAT}): run it again")
+    key = (d["Workload"], d["Policy"], d["Seed"])
+    if key in seen:
+        sys.exit(f"{f} and {seen[key]}: the same run twice (another tie order or tune?): keep one per directory")
+    seen[key] = f
     runs[(d["Workload"], d["Policy"])][d["Seed"]] = d["Curve"][130]
 
 print(f"| workload | seeds | {a} | {b} | {a} − {b} | 95% CI |")

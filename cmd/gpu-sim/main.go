@@ -322,13 +322,19 @@ func load(path string) (*simulator.Result, error) {
 		return nil, err
 	}
 	var r simulator.Result
-	return &r, json.Unmarshal(b, &r)
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, err
+	}
+	if r.Format != simulator.ResultFormat {
+		return nil, fmt.Errorf("%s: made by another version of the replay (format %d, now %d)", path, r.Format, simulator.ResultFormat)
+	}
+	return &r, nil
 }
 
 func save(path string, r *simulator.Result) error {
-	saved := *r
-	saved.Events = nil // the curve is what is reused
-	b, err := json.Marshal(&saved)
+	// The events are kept so that a curve can be computed again, by
+	// anyone, from the run itself.
+	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}

@@ -118,9 +118,14 @@ const (
 
 // Result is what one replay measured.
 type Result struct {
+	// Format is ResultFormat when the run was made: a cached run of another
+	// format is made again, not reused.
+	Format   int
 	Workload string
 	Policy   Policy
 	Seed     int64
+	Tune     float64
+	TieOrder string
 	Curve    Curve
 	Events   []Event
 	Pods     int
@@ -137,6 +142,11 @@ type Result struct {
 	// Placements are where the bound pods went (with KeepPlacements).
 	Placements []Placement `json:"-"`
 }
+
+// ResultFormat changes whenever a change to the replay or the metric can
+// change a saved curve (3: the original's ten draws before the node ranks
+// and its per-event rounding), so that no grid mixes runs of two versions.
+const ResultFormat = 3
 
 // Profile builds the scheduler profile a policy runs: the shipped
 // configuration (with GPUScore's args set for the policy), or the vanilla
@@ -266,7 +276,8 @@ func Run(ctx context.Context, e Experiment) (*Result, error) {
 	}
 	defer fw.Close()
 
-	res := &Result{Workload: e.Trace.Workload, Policy: e.Policy, Seed: e.Seed, Pods: len(arrival.Pods), Capacity: e.Trace.Capacity()}
+	res := &Result{Format: ResultFormat, Workload: e.Trace.Workload, Policy: e.Policy, Seed: e.Seed, Tune: e.Tune,
+		TieOrder: e.TieOrder, Pods: len(arrival.Pods), Capacity: e.Trace.Capacity()}
 	res.Events = make([]Event, 0, len(arrival.Pods))
 	pods := client.CoreV1().Pods(Namespace)
 	var arrived, allocated int64

@@ -2,18 +2,21 @@ package simulator
 
 import (
 	"context"
+	"encoding/csv"
 	"fmt"
 	"math"
 	"math/rand"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
 
@@ -59,6 +62,20 @@ func TestRound2(t *testing.T) {
 		if got := npRound2(in); got != want {
 			t.Errorf("npRound2(%v) = %v, want %v", in, got, want)
 		}
+	}
+}
+
+// TestDiscretizeRoundsAsTheAnalysis: each event is rounded by Python's
+// round, from the float's exact value (0.025 is 0.0250000000000000013…:
+// 0.03), the column's mean by numpy's, which scales first (0.015 × 100 is
+// 1.5, a tie, to even: 0.02, where Python's round gives 0.01).
+func TestDiscretizeRoundsAsTheAnalysis(t *testing.T) {
+	// 4 GPUs: an event's percentage is its milli / 40.
+	if c := Discretize([]Event{{Arrived: 1, Allocated: 1}}, 4000); c[0] != 0.03 {
+		t.Errorf("one event at 0.025%%: column 0 = %v, want 0.03 (Python's round of the event)", c[0])
+	}
+	if c := Discretize([]Event{{Arrived: 1, Allocated: 0}, {Arrived: 1, Allocated: 1}}, 4000); c[0] != 0.02 {
+		t.Errorf("events at 0 and 0.03: column 0 = %v, want 0.02 (numpy's round of the mean 0.015)", c[0])
 	}
 }
 
@@ -366,6 +383,91 @@ func TestReferenceArithmeticMatchesOriginal(t *testing.T) {
 		// The key is (score − the CPU-only offset) << 37 plus the node order.
 		if got := key>>37 + 1<<24; !ok || got != c.original {
 			t.Errorf("%s: score %d, want %d", c.name, got, c.original)
+		}
+	}
+}
+
+// TestFGDPureReproducesPublished replays default, seed 42, with fgd-pure and
+// the original's tie order, and compares the whole curve with the published
+// 06-FGD row (to 2 decimals, as published). About 20 s.
+func TestFGDPureReproducesPublished(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a whole replay of the shipped trace")
+	}
+	dir := filepath.Join("..", "..", DefaultTraceDir)
+	f, err := Open(filepath.Join(dir, PublishedFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, r := range recs[1:] {
+		if r[0] == "openb_pod_list_default" && r[1] == "06-FGD" && r[2] == "1.3" && r[3] == "42" {
+			want = r[5:]
+		}
+	}
+	if len(want) != Columns {
+		t.Fatalf("published row: %d columns, want %d", len(want), Columns)
+	}
+	tr, err := Load(dir, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), Experiment{Trace: tr, Policy: FGDPure, Seed: 42, Tune: 1.3, Parallelism: 2, TieOrder: TieReference})
+	if err != nil {
+		t.Fatal(err)
+	}
+	differ := 0
+	for k, w := range want {
+		got := strconv.FormatFloat(res.Curve[k], 'f', 2, 64)
+		if v, err := strconv.ParseFloat(w, 64); err != nil || strconv.FormatFloat(v, 'f', 2, 64) != got {
+			if differ++; differ <= 5 {
+				t.Errorf("column %d: %s, published %s", k, got, w)
+			}
+		}
+	}
+	if differ > 0 {
+		t.Errorf("%d of %d columns differ from the published row", differ, Columns)
+	}
+}
+
+// TestProfileReferenceArithmetic: only fgd-pure with the original's tie order
+// computes in the original's arithmetic, with the trace's pod count.
+func TestProfileReferenceArithmetic(t *testing.T) {
+	tr, err := Load(smallTrace(t, 10, 50, 1), "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		p    Policy
+		tie  string
+		want bool
+	}{
+		{FGDPure, TieReference, true}, {FGDPure, TieHash, false}, {FGDPure, "", false},
+		{FGD, TieReference, false}, {FGDPaper, TieReference, false}, {Learned, TieReference, false}, {LearnedXDev, TieReference, false},
+	} {
+		prof, err := Profile(tc.p, tr, tc.tie)
+		if err != nil {
+			t.Fatalf("%s/%s: %v", tc.p, tc.tie, err)
+		}
+		var args *config.GPUScoreArgs
+		for _, pc := range prof.PluginConfig {
+			if a, ok := pc.Args.(*config.GPUScoreArgs); ok {
+				args = a
+			}
+		}
+		if args == nil {
+			t.Fatalf("%s/%s: no GPUScore args", tc.p, tc.tie)
+		}
+		if got := args.Scoring.ReferenceArithmetic; got != tc.want {
+			t.Errorf("%s/%s: ReferenceArithmetic %v, want %v", tc.p, tc.tie, got, tc.want)
+		}
+		if wantPods := map[bool]int64{true: int64(len(tr.Pods))}[tc.want]; args.TargetWorkload.ReferenceTracePods != wantPods {
+			t.Errorf("%s/%s: ReferenceTracePods %d, want %d", tc.p, tc.tie, args.TargetWorkload.ReferenceTracePods, wantPods)
 		}
 	}
 }
