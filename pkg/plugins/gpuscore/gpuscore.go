@@ -68,6 +68,10 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if sc.ReferenceArithmetic && (w.Mode != config.WorkloadStatic || w.ReferenceTracePods <= 0) {
 		return nil, fmt.Errorf("%s: the reference arithmetic needs a static target workload and the trace's pod count", Name)
 	}
+	if sc.ReferenceArithmetic && (sc.MemoryAware || sc.ExactDevice || sc.Policy != gpu.Fragmentation) {
+		// It is the published FGD's F, which has none of these.
+		return nil, fmt.Errorf("%s: the reference arithmetic is the Fragmentation policy's, without memoryAware or exactDeviceChoice", Name)
+	}
 	s := shared.For(h)
 	context.AfterFunc(ctx, func() { shared.Forget(h) })
 	if w.Mode == config.WorkloadStatic {

@@ -260,6 +260,33 @@ func TestNewValidatesArgs(t *testing.T) {
 	if _, err := New(tCtx, bad, fh); err == nil || !strings.Contains(err.Error(), "must be 1 for a shared GPU task") {
 		t.Errorf("got %v", err)
 	}
+	// The reference arithmetic (the simulator's only) is the published FGD's.
+	task := config.WorkloadTask{GPUMilli: 500, GPUCount: 1, Weight: 1}
+	for _, tc := range []struct {
+		name string
+		edit func(*config.GPUScoreArgs)
+		want string
+	}{
+		{"ok", func(*config.GPUScoreArgs) {}, ""},
+		{"no pod count", func(a *config.GPUScoreArgs) { a.TargetWorkload.ReferenceTracePods = 0 }, "needs a static target workload"},
+		{"learned", func(a *config.GPUScoreArgs) {
+			a.TargetWorkload = scheme.DefaultGPUScoreArgs().TargetWorkload
+			a.TargetWorkload.ReferenceTracePods = 10
+		}, "needs a static target workload"},
+		{"memory-aware", func(a *config.GPUScoreArgs) { a.Scoring.MemoryAware = true }, "without memoryAware"},
+		{"exact device", func(a *config.GPUScoreArgs) { a.Scoring.ExactDeviceChoice = true }, "without memoryAware"},
+		{"best fit", func(a *config.GPUScoreArgs) { a.Policy = string(gpu.BestFit) }, "without memoryAware"},
+	} {
+		a := staticArgs(gpu.Fragmentation, task)
+		a.Scoring.MemoryAware = false
+		a.Scoring.ReferenceArithmetic = true
+		a.TargetWorkload.ReferenceTracePods = 10
+		tc.edit(a)
+		_, err := New(tCtx, a, fh)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
+		}
+	}
 }
 
 // The shared state of a profile goes with its framework's context: gpu-sim
