@@ -80,8 +80,10 @@ func (w *Workload) refFrag(s *NodeState, free *[MaxDevices]int32, count int32, c
 	for i := range w.ref {
 		t := &w.ref[i]
 		// Each product is rounded on its own (the explicit conversion
-		// forbids a fused multiply-add, which arm64 would use): the
-		// original ran on amd64, which never fuses them.
+		// forbids a fused multiply-add, which arm64 or GOAMD64=v3 may
+		// use), as the original's amd64 build did. math.Exp (the score's
+		// sigmoid) is assembly on some architectures and may differ there
+		// by an ulp: the published figures were reproduced on amd64.
 		whole := float64(t.w * float64(idle))
 		if t.Milli == 0 {
 			if cpuFree >= t.CPU {

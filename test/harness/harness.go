@@ -101,16 +101,10 @@ func Setup(ctx context.Context, kubeconfig string) (*Cluster, error) {
 			return nil, fmt.Errorf("applying RBAC: %w", err)
 		}
 	}
-	// The harness's own clients (the fake kubelet, the fleet, the load
-	// the tests and benchmarks make) speak protobuf, as kubelets and
-	// controllers do, so that the API server spends on them what it would
-	// in a cluster, not JSON's extra cost on the cores the scheduler
-	// under test shares with it.
-	pc := rest.CopyConfig(c.Config)
-	pc.ContentType = "application/vnd.kubernetes.protobuf"
-	pc.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	// The harness's clients speak JSON. Protobuf was tried (2f318de) and
+	// bound the churn benchmark's stream no faster (docs/benchmarks.md §5).
 	var err error
-	if c.Client, err = kubernetes.NewForConfig(pc); err != nil {
+	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
 		cancel()
 		return nil, err
 	}
