@@ -11,8 +11,7 @@ usage: hack/openb-compare.py [--wide|--exact] [--policies=P,...] [OUT] [TRACE_DI
 """
 import collections, csv, glob, gzip, json, os, statistics, sys
 
-# simulator.ResultFormat: runs of another format are refused, not mixed.
-FORMAT = 3
+from openb_runs import load_runs
 
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 wide = "--wide" in sys.argv[1:]
@@ -39,17 +38,9 @@ for r in csv.DictReader(open_trace(os.path.join(trace, "fgd_expected_alloc.csv")
 
 ours = collections.defaultdict(dict)  # (workload, policy) -> seed -> (value, wall s)
 curves = collections.defaultdict(dict)  # (workload, policy) -> seed -> columns
-seen = {}  # (workload, policy, seed) -> file
-for f in sorted(glob.glob(os.path.join(out, "runs", "*.json"))):
-    d = json.load(open(f))
+for d in load_runs(out):
     if only and d["Policy"] not in only:
         continue
-    if d.get("Format") != FORMAT:
-        sys.exit(f"{f}: made by another version of gpu-sim (format {d.get('Format')}, want {FORMAT}): run it again")
-    key = (d["Workload"], d["Policy"], d["Seed"])
-    if key in seen:
-        sys.exit(f"{f} and {seen[key]}: the same run twice (another tie order or tune?): keep one per directory")
-    seen[key] = f
     ours[(d["Workload"], d["Policy"])][d["Seed"]] = (d["Curve"][130], d["Wall"] / 1e9)
     curves[(d["Workload"], d["Policy"])][d["Seed"]] = [float("nan") if v is None else v for v in d["Curve"]]
 

@@ -5,10 +5,9 @@ with a 95% confidence interval (Student's t), and the mean over workloads.
 
 usage: hack/openb-paired.py A B [OUT]    e.g. hack/openb-paired.py learned fgd-pure out/openb-pure
 """
-import collections, glob, json, os, statistics, sys
+import collections, statistics, sys
 
-# simulator.ResultFormat: runs of another format are refused, not mixed.
-FORMAT = 3
+from openb_runs import load_runs
 
 # Two-sided 95% quantiles of Student's t, by degrees of freedom.
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
@@ -17,15 +16,7 @@ T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8:
 a, b = sys.argv[1], sys.argv[2]
 out = sys.argv[3] if len(sys.argv) > 3 else "out/openb"
 runs = collections.defaultdict(dict)  # (workload, policy) -> seed -> value at 130
-seen = {}  # (workload, policy, seed) -> file
-for f in sorted(glob.glob(os.path.join(out, "runs", "*.json"))):
-    d = json.load(open(f))
-    if d.get("Format") != FORMAT:
-        sys.exit(f"{f}: made by another version of gpu-sim (format {d.get('Format')}, want {FORMAT}): run it again")
-    key = (d["Workload"], d["Policy"], d["Seed"])
-    if key in seen:
-        sys.exit(f"{f} and {seen[key]}: the same run twice (another tie order or tune?): keep one per directory")
-    seen[key] = f
+for d in load_runs(out):
     runs[(d["Workload"], d["Policy"])][d["Seed"]] = d["Curve"][130]
 
 print(f"| workload | seeds | {a} | {b} | {a} − {b} | 95% CI |")
