@@ -108,7 +108,14 @@ func Setup(ctx context.Context, kubeconfig string) (*Cluster, error) {
 		cancel()
 		return nil, err
 	}
-	go fakekubelet.New(c.Client).Run(ctx)
+	k := fakekubelet.New(c.Client)
+	if c.Local() {
+		// No controller-manager runs locally, so nothing reads node leases;
+		// at 5,000 nodes renewing them would take the control plane's CPU
+		// from the scheduler under test, which never sees them.
+		k.HeartbeatPeriod = 0
+	}
+	go k.Run(ctx)
 	c.stop = func() {
 		cancel()
 		if c.CP != nil {
