@@ -83,6 +83,10 @@ type Churn struct {
 	// The same for the other processes: the churn's load on the control
 	// plane (and the bench's churn generator and fake kubelet).
 	ChurnOnlyOthersCores map[string]float64 `json:"churn_only_others_cores,omitempty"`
+	// The requests the API server served per second in that window, by
+	// verb and resource: every client's, the churn's and the fake kubelet's
+	// included.
+	ChurnOnlyRequestsPS map[string]float64 `json:"churn_only_apiserver_requests_per_s,omitempty"`
 	// Scheduling attempts per second while the stream ran that found no
 	// node: the backlog's retries.
 	UnschedulablePerS float64 `json:"unschedulable_attempts_per_s"`
@@ -269,9 +273,23 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 		go func() { defer churnWG.Done(); cpuChurn(churnCtx, cpuNS, &cpuOps) }()
 		// The churn at its rate before the stream; what it costs the
 		// scheduler alone (profiled with -pprof).
-		cpuIdle, othersIdle := procCPU(sched.Pid()), othersCPU()
+		cpuIdle, othersIdle, requests := procCPU(sched.Pid()), othersCPU(), apiServerRequests(ctx)
 		t0 := time.Now()
 		if *tpProfile != "" {
+			// The API server's side of the same window: what the churn
+			// costs the control plane.
+			apiDone := make(chan struct{})
+			go func() {
+				defer close(apiDone)
+				body, err := cluster.Client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "10").DoRaw(ctx)
+				if err != nil {
+					b.Logf("%s: the API server's CPU profile: %v", ns, err)
+					return
+				}
+				os.MkdirAll(*tpProfile, 0o755)
+				os.WriteFile(filepath.Join(*tpProfile, fmt.Sprintf("cpu-%s-idle-apiserver.pprof", ns)), body, 0o644)
+			}()
+			defer func() { <-apiDone }()
 			code, body, err := sched.GetWithin(ctx, "/debug/pprof/profile?seconds=10", time.Minute)
 			if err == nil && code == 200 {
 				os.MkdirAll(*tpProfile, 0o755)
@@ -285,6 +303,12 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 		res.ChurnOnlyOthersCores = map[string]float64{}
 		for k, v := range othersCPU() {
 			res.ChurnOnlyOthersCores[k] = (v - othersIdle[k]) / time.Since(t0).Seconds()
+		}
+		res.ChurnOnlyRequestsPS = map[string]float64{}
+		for k, v := range apiServerRequests(ctx) {
+			if r := (v - requests[k]) / time.Since(t0).Seconds(); r >= 0.5 {
+				res.ChurnOnlyRequestsPS[k] = r
+			}
 		}
 		if schedBin == "gpu-scheduler" {
 			// One full resync pass over the backlog, to measure it.
@@ -377,8 +401,8 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 	}
 	res.QueueDepth = after.sum("gpu_scheduler_requeue_queue_depth")
 	res.ReasonWritesPS = d("gpu_scheduler_pending_reason_writes_total") / window
-	b.Logf("%s: %d of %d bound in %v; samples %v; CPU s in %.0f s: scheduler %.1f, others %v; unschedulable attempts %.1f/s; the churn alone %.3f cores (others %.3v)", ns, bound.Load(), *chStream, elapsed.Round(time.Millisecond), samples,
-		window, res.CPUSeconds, res.OthersCPUSeconds, res.UnschedulablePerS, res.ChurnOnlyCores, res.ChurnOnlyOthersCores)
+	b.Logf("%s: %d of %d bound in %v; samples %v; CPU s in %.0f s: scheduler %.1f, others %v; unschedulable attempts %.1f/s; the churn alone %.3f cores (others %.3v), API server requests/s %v", ns, bound.Load(), *chStream, elapsed.Round(time.Millisecond), samples,
+		window, res.CPUSeconds, res.OthersCPUSeconds, res.UnschedulablePerS, res.ChurnOnlyCores, res.ChurnOnlyOthersCores, res.ChurnOnlyRequestsPS)
 
 	sched.Stop(10 * time.Second)
 	for _, n := range []string{ns, cpuNS} {
@@ -455,6 +479,45 @@ func cpuChurn(ctx context.Context, ns string, ops *atomic.Int64) {
 	}
 }
 
+// apiServerRequests reads the API server's apiserver_request_total, summed
+// by verb and resource ("PUT pods/status").
+func apiServerRequests(ctx context.Context) map[string]float64 {
+	body, err := cluster.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil
+	}
+	m := map[string]float64{}
+	for _, l := range strings.Split(string(body), "\n") {
+		rest, ok := strings.CutPrefix(l, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		v, err := strconv.ParseFloat(value, 64)
+		if !ok || err != nil {
+			continue
+		}
+		var verb, res, sub string
+		for _, kv := range strings.Split(labels, ",") {
+			k, val, _ := strings.Cut(kv, "=")
+			val = strings.Trim(val, `"`)
+			switch k {
+			case "verb":
+				verb = val
+			case "resource":
+				res = val
+			case "subresource":
+				sub = val
+			}
+		}
+		if sub != "" {
+			res += "/" + sub
+		}
+		m[verb+" "+res] += v
+	}
+	return m
+}
+
 // metricsText is a scrape of a scheduler's /metrics.
 type metricsText []string
 
@@ -491,4 +554,38 @@ func (m metricsText) sumWhere(name, label string) float64 {
 		}
 	}
 	return t
+}
+
+// BenchmarkIdleControlPlane measures what the harness alone costs the
+// control plane: the nodes registered, no scheduler, no pods; the API
+// server's requests per second and the CPU of the API server, etcd and the
+// bench (its fake kubelet) over a minute, after 50 s to settle.
+func BenchmarkIdleControlPlane(b *testing.B) {
+	ctx := context.Background()
+	createNodes(b, *tpNodes, false)
+	time.Sleep(50 * time.Second)
+	req0, cpu0, t0 := apiServerRequests(ctx), othersCPU(), time.Now()
+	time.Sleep(time.Minute)
+	req1, cpu1, window := apiServerRequests(ctx), othersCPU(), time.Since(t0).Seconds()
+	fmt.Printf("\nidle control plane, %d nodes, %.0f s\n", *tpNodes, window)
+	total := 0.0
+	for _, k := range sortedKeys(cpu1) {
+		total += (cpu1[k] - cpu0[k]) / window
+		fmt.Printf("%-15s %.3f cores\n", k, (cpu1[k]-cpu0[k])/window)
+	}
+	fmt.Printf("%-15s %.3f cores\n", "total", total)
+	for _, k := range sortedKeys(req1) {
+		if r := (req1[k] - req0[k]) / window; r >= 0.5 {
+			fmt.Printf("%8.1f/s %s\n", r, k)
+		}
+	}
+}
+
+func sortedKeys(m map[string]float64) []string {
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
