@@ -8,9 +8,9 @@
 // lease update per node per HeartbeatPeriod from the lease it last wrote,
 // and Ready re-posted once per StatusReportPeriod, spread evenly over the
 // period (a kubelet's nodeStatusReportFrequency). At 5,000 nodes the first
-// version (a GET and a PUT per lease, Ready every 40 s) took 0.78–1.11 cores
-// of the control plane on an idle cluster (of the 2 here), and posted as many node updates
-// per second as GPU Feature Discovery's label churn.
+// version (a GET and a PUT per lease, Ready every 40 s) took 0.78–1.11 of
+// the 2 cores here on an idle cluster, and posted as many node updates per
+// second as GPU Feature Discovery's label churn.
 package fakekubelet
 
 import (
