@@ -106,7 +106,9 @@ func run(ctx context.Context, bin, namespace string, keep bool, timeout time.Dur
 			}
 		}
 		step("registered %d fake nodes with GFD labels, %d of them running HAMi's device plugin (fake: it registers the GPUs by UUID and hands each container the devices and limits chosen); a fake kubelet keeps them Ready", len(fleet.Demo()), hamiNodes)
-		go fakekubelet.New(client).Run(ctx)
+		k := fakekubelet.New(client)
+		k.HeartbeatPeriod = 0 // no controller-manager here reads node leases
+		go k.Run(ctx)
 		if keep {
 			fmt.Printf("    kubeconfig: %s\n", cp.Kubeconfig)
 		}

@@ -5,7 +5,8 @@
 // Nothing is executed. It is level-based: every resync looks at all pods.
 //
 // Its heartbeat costs the API server what real kubelets' do, no more: one
-// lease update per node per HeartbeatPeriod from the lease it last wrote,
+// lease update per node per HeartbeatPeriod from the lease it last wrote
+// (one node after another: a round of 5,000 at 2 ms each fits the period),
 // and Ready re-posted once per StatusReportPeriod, spread evenly over the
 // period (a kubelet's nodeStatusReportFrequency). At 5,000 nodes the first
 // version (a GET and a PUT per lease, Ready every 40 s) took 0.78–1.11 of
@@ -15,7 +16,7 @@ package fakekubelet
 
 import (
 	"context"
-	"sort"
+	"hash/fnv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -43,13 +44,16 @@ type Kubelet struct {
 	pods    cache.Indexer
 	queue   workqueue.TypedRateLimitingInterface[string]
 	// HeartbeatPeriod is how often node leases are renewed (a kubelet's
-	// lease duration over 4). 0 renews none: for a control plane with no
-	// node lifecycle controller to read them.
+	// lease duration over 4), on the heartbeat's 10 s ticks: a period
+	// under 10 s is 10 s. 0 renews none: for a control plane with no node
+	// lifecycle controller to read them.
 	HeartbeatPeriod time.Duration
-	// StatusReportPeriod is how often each node's Ready is re-posted.
+	// StatusReportPeriod is how often each node's Ready is re-posted, in
+	// whole ticks.
 	StatusReportPeriod time.Duration
+	now                func() time.Time
+	start, leasesAt    time.Time
 	leases             map[string]*coordinationv1.Lease
-	tick               int
 	// HAMi is the device plugin of the nodes that register HAMi devices:
 	// pods there are admitted through it, as a kubelet's device manager
 	// calls the plugin before containers start.
@@ -65,6 +69,7 @@ func New(client kubernetes.Interface) *Kubelet {
 		queue:              workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		HeartbeatPeriod:    10 * time.Second,
 		StatusReportPeriod: 5 * time.Minute,
+		now:                time.Now,
 		leases:             map[string]*coordinationv1.Lease{},
 		HAMi:               fakehami.New(client),
 	}
@@ -100,7 +105,7 @@ func (k *Kubelet) Run(ctx context.Context) {
 	for i := 0; i < 4; i++ {
 		go wait.UntilWithContext(ctx, k.worker, time.Second)
 	}
-	go wait.UntilWithContext(ctx, k.heartbeat, heartbeatTick)
+	go wait.NonSlidingUntilWithContext(ctx, k.heartbeat, heartbeatTick)
 	// Resync: a missed event only delays a pod.
 	go wait.UntilWithContext(ctx, func(context.Context) {
 		for _, o := range k.pods.List() {
@@ -216,25 +221,27 @@ func upsert(conds []v1.PodCondition, add ...v1.PodCondition) []v1.PodCondition {
 const heartbeatTick = 10 * time.Second
 
 // heartbeat renews the fake nodes' leases when due, and re-posts Ready for
-// this tick's share of them (nodes by name, in slots).
+// the nodes of this tick's slot (by a hash of the name, so that nodes coming
+// and going move no other node's slot). The slot follows the clock, so a
+// round slower than a tick skips slots rather than stretching the period;
+// a node whose Ready went stale or false is posted at once.
 func (k *Kubelet) heartbeat(ctx context.Context) {
-	var names []string
-	for _, o := range k.nodes.List() {
-		names = append(names, o.(*v1.Node).Name)
+	now := k.now()
+	if k.start.IsZero() {
+		k.start = now
 	}
-	sort.Strings(names)
-	slots := max(int(k.StatusReportPeriod/heartbeatTick), 1)
-	leaseDue := k.HeartbeatPeriod > 0 && k.tick%max(int(k.HeartbeatPeriod/heartbeatTick), 1) == 0
-	for i, name := range names {
-		o, ok, _ := k.nodes.GetByKey(name)
-		if !ok {
-			continue
-		}
+	slots := uint32(max(k.StatusReportPeriod/heartbeatTick, 1))
+	slot := uint32(now.Sub(k.start)/heartbeatTick) % slots
+	leaseDue := k.HeartbeatPeriod > 0 && (k.leasesAt.IsZero() || now.Sub(k.leasesAt) >= k.HeartbeatPeriod-heartbeatTick/2)
+	if leaseDue {
+		k.leasesAt = now
+	}
+	for _, o := range k.nodes.List() {
 		n := o.(*v1.Node)
 		if leaseDue {
 			k.renewLease(ctx, n)
 		}
-		if i%slots == k.tick%slots || !ready(n, k.StatusReportPeriod+2*heartbeatTick) {
+		if slotOf(n.Name, slots) == slot || !ready(n, now, k.StatusReportPeriod+2*heartbeatTick) {
 			k.renewReady(ctx, n)
 		}
 	}
@@ -243,7 +250,12 @@ func (k *Kubelet) heartbeat(ctx context.Context) {
 			delete(k.leases, name)
 		}
 	}
-	k.tick++
+}
+
+func slotOf(node string, slots uint32) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(node))
+	return h.Sum32() % slots
 }
 
 // renewLease updates the lease last written (a kubelet keeps it too), and
@@ -279,9 +291,9 @@ func (k *Kubelet) renewLease(ctx context.Context, n *v1.Node) {
 }
 
 // ready reports whether n is Ready with a heartbeat younger than age.
-func ready(n *v1.Node, age time.Duration) bool {
+func ready(n *v1.Node, now time.Time, age time.Duration) bool {
 	for _, c := range n.Status.Conditions {
-		if c.Type == v1.NodeReady && c.Status == v1.ConditionTrue && time.Since(c.LastHeartbeatTime.Time) < age {
+		if c.Type == v1.NodeReady && c.Status == v1.ConditionTrue && now.Sub(c.LastHeartbeatTime.Time) < age {
 			return true
 		}
 	}
