@@ -5,9 +5,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -496,7 +498,7 @@ func apiServerRequests(ctx context.Context) map[string]float64 {
 		return nil
 	}
 	m := map[string]float64{}
-	for _, l := range strings.Split(string(body), "\n") {
+	for _, l := range parseMetrics(string(body)) {
 		rest, ok := strings.CutPrefix(l, "apiserver_request_total{")
 		if !ok {
 			continue
@@ -535,6 +537,11 @@ func scrape(ctx context.Context, s *localcp.Scheduler) metricsText {
 	if err != nil || code != 200 {
 		return nil
 	}
+	return parseMetrics(body)
+}
+
+// parseMetrics keeps the sample lines of a Prometheus text exposition.
+func parseMetrics(body string) metricsText {
 	var lines []string
 	sc := bufio.NewScanner(strings.NewReader(body))
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
@@ -578,23 +585,14 @@ func BenchmarkIdleControlPlane(b *testing.B) {
 	req1, cpu1, window := apiServerRequests(ctx), othersCPU(), time.Since(t0).Seconds()
 	fmt.Printf("\nidle control plane, %d nodes, %.0f s\n", *tpNodes, window)
 	total := 0.0
-	for _, k := range sortedKeys(cpu1) {
+	for _, k := range slices.Sorted(maps.Keys(cpu1)) {
 		total += (cpu1[k] - cpu0[k]) / window
 		fmt.Printf("%-15s %.3f cores\n", k, (cpu1[k]-cpu0[k])/window)
 	}
 	fmt.Printf("%-15s %.3f cores\n", "total", total)
-	for _, k := range sortedKeys(req1) {
+	for _, k := range slices.Sorted(maps.Keys(req1)) {
 		if r := (req1[k] - req0[k]) / window; r >= 0.5 {
 			fmt.Printf("%8.1f/s %s\n", r, k)
 		}
 	}
-}
-
-func sortedKeys(m map[string]float64) []string {
-	var keys []string
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
