@@ -34,7 +34,7 @@ var (
 	chBacklog     = flag.Int("backlog", 20000, "pending GPU pods that fit nowhere (churn runs)")
 	chStream      = flag.Int("stream", 5000, "GPU pods that fit, submitted at once; their binds are measured")
 	chCPUChurn    = flag.Int("cpu-churn", 50, "CPU pods created and deleted per second (churn runs)")
-	chLabelPeriod = flag.Duration("label-period", 60*time.Second, "every node's GFD timestamp label is rewritten once per period (churn runs)")
+	chLabelPeriod = flag.Duration("label-period", 60*time.Second, "every node's GFD timestamp label is rewritten once per period (churn runs); 0: never")
 	chSchedulers  = flag.String("schedulers", "gpu-scheduler,kube-scheduler", "schedulers to measure, each quiet and under churn")
 	chMaxWait     = flag.Duration("max-wait", 5*time.Minute, "give up on the stream if nothing is bound this long after it was submitted")
 )
@@ -82,6 +82,11 @@ type Churn struct {
 	// The scheduler's CPU (cores) under the churn before the stream: what
 	// the churn alone costs it.
 	ChurnOnlyCores float64 `json:"churn_only_cores,omitempty"`
+	// With -floor: the same for a process that keeps only the scheduler's
+	// pod and node informers (no plugins, no handlers): what any scheduler
+	// built on them pays to follow the churn; and that process's peak RSS.
+	ChurnOnlyFloorCores float64 `json:"churn_only_floor_cores,omitempty"`
+	FloorPeakRSSMiB     float64 `json:"floor_peak_rss_mib,omitempty"`
 	// The same for the other processes: the churn's load on the control
 	// plane (and the bench's churn generator and fake kubelet).
 	ChurnOnlyOthersCores map[string]float64 `json:"churn_only_others_cores,omitempty"`
@@ -94,6 +99,8 @@ type Churn struct {
 	UnschedulablePerS float64 `json:"unschedulable_attempts_per_s"`
 	Pinned            bool    `json:"pinned"`
 	CPUQuota          float64 `json:"cpu_quota,omitempty"`
+	PinCPUs           int     `json:"pin_cpus,omitempty"`
+	SchedulerEnv      string  `json:"scheduler_env,omitempty"`
 }
 
 // BenchmarkChurn measures the stream of GPU pods that fit, bound by each
@@ -148,7 +155,7 @@ func BenchmarkChurn(b *testing.B) {
 	fmt.Printf("\nGPU pods bound under churn: %d nodes, %d pending pods that fit nowhere, GFD label every %v per node, %d CPU pods/s created and deleted; stream of %d GPU pods\n",
 		*tpNodes, *chBacklog, *chLabelPeriod, *chCPUChurn, *chStream)
 	if *pin {
-		fmt.Println("the scheduler under test alone on one CPU, the API server, etcd and the bench on the others (-pin)")
+		fmt.Printf("the scheduler under test alone on %d CPU(s), the API server, etcd and the bench on the others (-pin)\n", *pinN)
 	}
 	if *cpuQuota > 0 {
 		fmt.Printf("the scheduler under test capped at %.2f CPUs (-cpu-quota)\n", *cpuQuota)
@@ -266,10 +273,28 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 		}
 		b.Logf("%s: backlog unschedulable after %v", ns, time.Since(t0).Round(time.Second))
 	}
+	// Its caches synced and handlers through the initial list (readyz's
+	// sched-handler-sync), so that the window below is the churn's.
+	for t0 := time.Now(); time.Since(t0) < 5*time.Minute; time.Sleep(time.Second) {
+		if code, _, err := sched.Get(ctx, "/readyz"); err == nil && code == 200 {
+			break
+		}
+	}
+	var floor *floorProc
+	if withChurn && *chFloor {
+		if floor, err = startFloor(ctx); err != nil {
+			return nil, err
+		}
+		defer floor.stop()
+	}
 	churnCtx, stopChurn := context.WithCancel(ctx)
 	var labelOps, cpuOps atomic.Int64
 	var churnWG sync.WaitGroup
 	if withChurn {
+		var floorIdle float64
+		if floor != nil {
+			floorIdle = procCPU(floor.pid())
+		}
 		churnWG.Add(2)
 		go func() { defer churnWG.Done(); relabel(churnCtx, &labelOps) }()
 		go func() { defer churnWG.Done(); cpuChurn(churnCtx, cpuNS, &cpuOps) }()
@@ -302,6 +327,11 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 		}
 		time.Sleep(10*time.Second - time.Since(t0))
 		res.ChurnOnlyCores = (procCPU(sched.Pid()) - cpuIdle) / time.Since(t0).Seconds()
+		if floor != nil {
+			res.ChurnOnlyFloorCores = (procCPU(floor.pid()) - floorIdle) / time.Since(t0).Seconds()
+			res.FloorPeakRSSMiB = procPeakRSS(floor.pid())
+			floor.stop()
+		}
 		res.ChurnOnlyOthersCores = map[string]float64{}
 		for k, v := range othersCPU() {
 			res.ChurnOnlyOthersCores[k] = (v - othersIdle[k]) / time.Since(t0).Seconds()
@@ -358,7 +388,10 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 	window := time.Since(submitted).Seconds()
 	after := scrape(ctx, sched)
 	res.CPUSeconds = procCPU(sched.Pid()) - cpu0
-	res.OthersCPUSeconds, res.Pinned, res.CPUQuota = map[string]float64{}, *pin, *cpuQuota
+	res.OthersCPUSeconds, res.Pinned, res.CPUQuota, res.SchedulerEnv = map[string]float64{}, *pin, *cpuQuota, *tpEnv
+	if *pin {
+		res.PinCPUs = *pinN
+	}
 	for k, v := range othersCPU() {
 		res.OthersCPUSeconds[k] = v - others0[k]
 	}
@@ -412,8 +445,8 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 	}
 	res.QueueDepth = after.sum("gpu_scheduler_requeue_queue_depth")
 	res.ReasonWritesPS = d("gpu_scheduler_pending_reason_writes_total") / window
-	b.Logf("%s: %d of %d bound in %v; samples %v; CPU s in %.0f s: scheduler %.1f, others %v; unschedulable attempts %.1f/s; the churn alone %.3f cores (others %.3v), API server requests/s %v", ns, bound.Load(), *chStream, elapsed.Round(time.Millisecond), samples,
-		window, res.CPUSeconds, res.OthersCPUSeconds, res.UnschedulablePerS, res.ChurnOnlyCores, res.ChurnOnlyOthersCores, res.ChurnOnlyRequestsPS)
+	b.Logf("%s: %d of %d bound in %v; samples %v; CPU s in %.0f s: scheduler %.1f, others %v; unschedulable attempts %.1f/s; the churn alone %.3f cores (others %.3v; informer floor %.3f cores, %.0f MiB), API server requests/s %v", ns, bound.Load(), *chStream, elapsed.Round(time.Millisecond), samples,
+		window, res.CPUSeconds, res.OthersCPUSeconds, res.UnschedulablePerS, res.ChurnOnlyCores, res.ChurnOnlyOthersCores, res.ChurnOnlyFloorCores, res.FloorPeakRSSMiB, res.ChurnOnlyRequestsPS)
 
 	sched.Stop(10 * time.Second)
 	for _, n := range []string{ns, cpuNS} {
@@ -427,6 +460,9 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 // relabel rewrites a GFD-style timestamp label on every node once per
 // period, one node at a time, evenly spread.
 func relabel(ctx context.Context, ops *atomic.Int64) {
+	if *chLabelPeriod <= 0 {
+		return
+	}
 	nodes := make([]string, *tpNodes)
 	for i := range nodes {
 		nodes[i] = fmt.Sprintf("perf-%05d", i)

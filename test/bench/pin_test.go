@@ -18,7 +18,12 @@ import (
 // the churn), so load on the control plane takes CPU from the scheduler.
 // -pin separates them the way a cluster does: the scheduler alone on the
 // last CPU, everything else on the others.
-var pin = flag.Bool("pin", false, "run the scheduler under test alone on the last CPU, the control plane and the bench on the others")
+var pin = flag.Bool("pin", false, "run the scheduler under test alone on the last CPU (-pin-cpus), the control plane and the bench on the others")
+
+// On a host with more cores, -pin-cpus gives the scheduler more than one, so
+// that it has CPU to spare beside its scheduling loop (as on a control-plane
+// node), which this project's 2-core machines cannot show.
+var pinN = flag.Int("pin-cpus", 1, "with -pin: how many of the last CPUs the scheduler under test gets (the others need at least one)")
 
 // With -cpu-quota the scheduler gets only that share of its CPU (a cgroup
 // v1 CFS quota; needs a writable cpu controller, as root in this
@@ -59,14 +64,18 @@ func capCPU(pid int, quota float64) (func(), error) {
 
 // pinCPUs returns the CPUs for the scheduler under test and for the rest.
 func pinCPUs() (sched, rest []int) {
-	n := runtime.NumCPU()
-	if n < 2 {
+	n, k := runtime.NumCPU(), max(1, *pinN)
+	if n <= k {
 		return nil, nil
 	}
-	for c := 0; c < n-1; c++ {
-		rest = append(rest, c)
+	for c := 0; c < n; c++ {
+		if c < n-k {
+			rest = append(rest, c)
+		} else {
+			sched = append(sched, c)
+		}
 	}
-	return []int{n - 1}, rest
+	return sched, rest
 }
 
 // pinProcess sets the CPU affinity of every thread of a process. Threads
@@ -100,7 +109,7 @@ func pinProcess(pid int, cpus []int) error {
 func pinControlPlane() error {
 	_, rest := pinCPUs()
 	if rest == nil {
-		return fmt.Errorf("-pin needs at least 2 CPUs")
+		return fmt.Errorf("-pin needs more CPUs than -pin-cpus (%d): %d", *pinN, runtime.NumCPU())
 	}
 	for _, p := range cluster.CP.Procs() {
 		if err := pinProcess(p.Pid(), rest); err != nil {

@@ -44,6 +44,14 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if kc := os.Getenv(floorEnv); kc != "" {
+		// Run again as the floor process (floor_test.go).
+		if err := informerFloorMain(kc); err != nil {
+			fmt.Fprintln(os.Stderr, "informer floor:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	flag.Parse()
 	ctx, cancel := context.WithCancel(context.Background())
 	var err error
