@@ -280,12 +280,12 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 			break
 		}
 	}
-	var floor *floorProc
+	var floor *localcp.Proc
 	if withChurn && *chFloor {
 		if floor, err = startFloor(ctx); err != nil {
 			return nil, err
 		}
-		defer floor.stop()
+		defer floor.Stop(10 * time.Second)
 	}
 	churnCtx, stopChurn := context.WithCancel(ctx)
 	var labelOps, cpuOps atomic.Int64
@@ -293,7 +293,7 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 	if withChurn {
 		var floorIdle float64
 		if floor != nil {
-			floorIdle = procCPU(floor.pid())
+			floorIdle = procCPU(floor.Pid())
 		}
 		churnWG.Add(2)
 		go func() { defer churnWG.Done(); relabel(churnCtx, &labelOps) }()
@@ -328,9 +328,9 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 		time.Sleep(10*time.Second - time.Since(t0))
 		res.ChurnOnlyCores = (procCPU(sched.Pid()) - cpuIdle) / time.Since(t0).Seconds()
 		if floor != nil {
-			res.ChurnOnlyFloorCores = (procCPU(floor.pid()) - floorIdle) / time.Since(t0).Seconds()
-			res.FloorPeakRSSMiB = procPeakRSS(floor.pid())
-			floor.stop()
+			res.ChurnOnlyFloorCores = (procCPU(floor.Pid()) - floorIdle) / time.Since(t0).Seconds()
+			res.FloorPeakRSSMiB = procPeakRSS(floor.Pid())
+			floor.Stop(10 * time.Second)
 		}
 		res.ChurnOnlyOthersCores = map[string]float64{}
 		for k, v := range othersCPU() {

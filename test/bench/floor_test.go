@@ -1,13 +1,12 @@
 package bench
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"syscall"
@@ -66,69 +65,26 @@ func informerFloorMain(kubeconfig string) error {
 	return nil
 }
 
-// floorProc is a running floor process.
-type floorProc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-// startFloor runs the floor process and waits until its caches are synced.
-func startFloor(ctx context.Context) (*floorProc, error) {
+// startFloor runs the floor process (killed if the bench dies) and waits
+// until its caches are synced.
+func startFloor(ctx context.Context) (*localcp.Proc, error) {
 	kc, err := cluster.CP.WriteKubeconfig(localcp.UserKubeScheduler, filepath.Join(cluster.Dir, "floor.kubeconfig"))
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), floorEnv+"="+kc)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	logPath := filepath.Join(cluster.Dir, "informer-floor.log")
+	p, err := localcp.StartProcEnv(ctx, "informer-floor", os.Args[0], nil, []string{floorEnv + "=" + kc}, logPath)
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &floorProc{cmd: cmd, done: make(chan struct{})}
-	synced := make(chan bool, 1)
-	go func() {
-		s := bufio.NewScanner(out)
-		ok := false
-		for s.Scan() {
-			if s.Text() == "synced" && !ok {
-				ok = true
-				synced <- true
-			}
-		}
-		if !ok {
-			synced <- false
-		}
-		cmd.Wait()
-		close(p.done)
-	}()
-	select {
-	case ok := <-synced:
-		if ok {
+	for t0 := time.Now(); time.Since(t0) < 5*time.Minute && ctx.Err() == nil; time.Sleep(200 * time.Millisecond) {
+		if out, _ := os.ReadFile(logPath); bytes.Contains(out, []byte("\nsynced\n")) || bytes.HasPrefix(out, []byte("synced\n")) {
 			return p, nil
 		}
-		err = errors.New("the floor process ended before its caches synced")
-	case <-time.After(5 * time.Minute):
-		err = errors.New("the floor process's caches did not sync in 5 minutes")
-	case <-ctx.Done():
-		err = ctx.Err()
+		if p.Exited() {
+			return nil, fmt.Errorf("the informer floor process ended before its caches synced: %s", p.Tail(20))
+		}
 	}
-	p.stop()
-	return nil, err
-}
-
-func (p *floorProc) pid() int { return p.cmd.Process.Pid }
-
-// stop ends the process (killed if SIGTERM does not end it in 10 s).
-func (p *floorProc) stop() {
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.done
-	}
+	p.Stop(10 * time.Second)
+	return nil, errors.New("the informer floor process's caches did not sync in 5 minutes")
 }
