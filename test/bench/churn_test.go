@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -155,7 +156,8 @@ func BenchmarkChurn(b *testing.B) {
 	fmt.Printf("\nGPU pods bound under churn: %d nodes, %d pending pods that fit nowhere, GFD label every %v per node, %d CPU pods/s created and deleted; stream of %d GPU pods\n",
 		*tpNodes, *chBacklog, *chLabelPeriod, *chCPUChurn, *chStream)
 	if *pin {
-		fmt.Printf("the scheduler under test alone on %d CPU(s), the API server, etcd and the bench on the others (-pin)\n", *pinN)
+		sched, _ := pinCPUs()
+		fmt.Printf("the scheduler under test alone on %d CPU(s), the API server, etcd and the bench on the others (-pin)\n", len(sched))
 	}
 	if *cpuQuota > 0 {
 		fmt.Printf("the scheduler under test capped at %.2f CPUs (-cpu-quota)\n", *cpuQuota)
@@ -275,10 +277,8 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 	}
 	// Its caches synced and handlers through the initial list (readyz's
 	// sched-handler-sync), so that the window below is the churn's.
-	for t0 := time.Now(); time.Since(t0) < 5*time.Minute; time.Sleep(time.Second) {
-		if code, _, err := sched.Get(ctx, "/readyz"); err == nil && code == 200 {
-			break
-		}
+	if err := waitReady(ctx, sched); err != nil {
+		return nil, fmt.Errorf("%s: %w", ns, err)
 	}
 	var floor *localcp.Proc
 	if withChurn && *chFloor {
@@ -291,16 +291,16 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 	var labelOps, cpuOps atomic.Int64
 	var churnWG sync.WaitGroup
 	if withChurn {
-		var floorIdle float64
-		if floor != nil {
-			floorIdle = procCPU(floor.Pid())
-		}
 		churnWG.Add(2)
 		go func() { defer churnWG.Done(); relabel(churnCtx, &labelOps) }()
 		go func() { defer churnWG.Done(); cpuChurn(churnCtx, cpuNS, &cpuOps) }()
 		// The churn at its rate before the stream; what it costs the
 		// scheduler alone (profiled with -pprof).
 		cpuIdle, othersIdle, requests := procCPU(sched.Pid()), othersCPU(), apiServerRequests(ctx)
+		var floorIdle float64
+		if floor != nil {
+			floorIdle = procCPU(floor.Pid())
+		}
 		t0 := time.Now()
 		if *tpProfile != "" {
 			// The API server's side of the same window: what the churn
@@ -330,7 +330,6 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 		if floor != nil {
 			res.ChurnOnlyFloorCores = (procCPU(floor.Pid()) - floorIdle) / time.Since(t0).Seconds()
 			res.FloorPeakRSSMiB = procPeakRSS(floor.Pid())
-			floor.Stop(10 * time.Second)
 		}
 		res.ChurnOnlyOthersCores = map[string]float64{}
 		for k, v := range othersCPU() {
@@ -341,6 +340,9 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 			if r := (v - requests[k]) / time.Since(t0).Seconds(); r >= 0.5 {
 				res.ChurnOnlyRequestsPS[k] = r
 			}
+		}
+		if floor != nil {
+			floor.Stop(10 * time.Second) // its window is over; the stream runs without it
 		}
 		if schedBin == "gpu-scheduler" {
 			// One full resync pass over the backlog, to measure it.
@@ -388,9 +390,9 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 	window := time.Since(submitted).Seconds()
 	after := scrape(ctx, sched)
 	res.CPUSeconds = procCPU(sched.Pid()) - cpu0
-	res.OthersCPUSeconds, res.Pinned, res.CPUQuota, res.SchedulerEnv = map[string]float64{}, *pin, *cpuQuota, *tpEnv
-	if *pin {
-		res.PinCPUs = *pinN
+	res.OthersCPUSeconds, res.Pinned, res.CPUQuota, res.SchedulerEnv = map[string]float64{}, *pin, *cpuQuota, tpEnv.String()
+	if sched, _ := pinCPUs(); *pin {
+		res.PinCPUs = len(sched)
 	}
 	for k, v := range othersCPU() {
 		res.OthersCPUSeconds[k] = v - others0[k]
@@ -455,6 +457,23 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 		}
 	}
 	return res, nil
+}
+
+// waitReady waits for the scheduler's /readyz: its caches synced and its
+// handlers through the initial list (sched-handler-sync).
+func waitReady(ctx context.Context, s *localcp.Scheduler) error {
+	for t0 := time.Now(); time.Since(t0) < 5*time.Minute; time.Sleep(time.Second) {
+		if s.Exited() {
+			return fmt.Errorf("the scheduler ended before it was ready: %s", s.Tail(3000))
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if code, _, err := s.Get(ctx, "/readyz"); err == nil && code == 200 {
+			return nil
+		}
+	}
+	return errors.New("the scheduler was not ready in 5 minutes")
 }
 
 // relabel rewrites a GFD-style timestamp label on every node once per

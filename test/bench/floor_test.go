@@ -79,10 +79,13 @@ func startFloor(ctx context.Context) (*localcp.Proc, error) {
 	}
 	for t0 := time.Now(); time.Since(t0) < 5*time.Minute && ctx.Err() == nil; time.Sleep(200 * time.Millisecond) {
 		if out, _ := os.ReadFile(logPath); bytes.Contains(out, []byte("\nsynced\n")) || bytes.HasPrefix(out, []byte("synced\n")) {
+			// Its initial list and the collection after it out of the
+			// window, and the API server's share of that list too.
+			time.Sleep(10 * time.Second)
 			return p, nil
 		}
 		if p.Exited() {
-			return nil, fmt.Errorf("the informer floor process ended before its caches synced: %s", p.Tail(20))
+			return nil, fmt.Errorf("the informer floor process ended before its caches synced: %s", p.Tail(3000))
 		}
 	}
 	p.Stop(10 * time.Second)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -31,6 +32,26 @@ var pinN = flag.Int("pin-cpus", 1, "with -pin: how many of the last CPUs the sch
 // stream both on a quiet cluster and under churn: the ratio then measures
 // what the churn costs the scheduler itself.
 var cpuQuota = flag.Float64("cpu-quota", 0, "cap the scheduler under test at this many CPUs (cgroup v1 CFS quota); 0: no cap")
+
+// tpEnv is set for the scheduler under test only: -scheduler-env GOGC=200,
+// repeated for more than one.
+var tpEnv envFlag
+
+func init() {
+	flag.Var(&tpEnv, "scheduler-env", "VAR=value set for the scheduler under test only (GOGC=200); repeat for more")
+}
+
+type envFlag []string
+
+func (e *envFlag) String() string { return strings.Join(*e, " ") }
+
+func (e *envFlag) Set(v string) error {
+	if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+		return fmt.Errorf("%q is not VAR=value", v)
+	}
+	*e = append(*e, v)
+	return nil
+}
 
 // cgroupRoot is the cgroup v1 cpu controller's mount.
 const cgroupRoot = "/sys/fs/cgroup/cpu"

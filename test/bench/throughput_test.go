@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,7 +38,6 @@ var (
 	tpWrite   = flag.String("assignment-write", "", "GPUFit assignmentWrite for gpu-scheduler (Bind, PreBind); empty: the shipped default")
 	tpRounds  = flag.Int("rounds", 1, "run the variants this many times, interleaved (a b c d a b c d ...), and report means")
 	tpWarmup  = flag.Bool("warmup", true, "run the first variant once, unrecorded, before measuring")
-	tpEnv     = flag.String("scheduler-env", "", "comma-separated VAR=value set for the scheduler under test only (GOGC=200)")
 )
 
 // Throughput is one variant's result, as upstream's SchedulingThroughput
@@ -503,9 +501,7 @@ func startUnderTest(ctx context.Context, bin, schedulerName string) (*localcp.Sc
 		}
 		env = append(env, fmt.Sprintf("GOMAXPROCS=%d", len(schedCPUs)))
 	}
-	if *tpEnv != "" {
-		env = append(env, strings.Split(*tpEnv, ",")...)
-	}
+	env = append(env, tpEnv...)
 	s, err := localcp.StartScheduler(ctx, localcp.SchedulerOptions{
 		Name: schedulerName, Binary: filepath.Join(harness.BinDir(), bin), Config: cfg, Kubeconfig: kc, Dir: cluster.Dir,
 		Args: []string{"--v=1"}, Env: env,
