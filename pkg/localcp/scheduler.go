@@ -132,12 +132,22 @@ func (s *Scheduler) GetWithin(ctx context.Context, path string, limit time.Durat
 
 // WaitHealthy waits for /healthz (serving, informers started).
 func (s *Scheduler) WaitHealthy(ctx context.Context, timeout time.Duration) error {
+	return s.waitOK(ctx, "/healthz", "healthy", timeout)
+}
+
+// WaitReady waits for /readyz: its caches synced and its event handlers
+// through the initial list (kube-scheduler's sched-handler-sync).
+func (s *Scheduler) WaitReady(ctx context.Context, timeout time.Duration) error {
+	return s.waitOK(ctx, "/readyz", "ready", timeout)
+}
+
+func (s *Scheduler) waitOK(ctx context.Context, path, what string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		if s.Exited() {
 			return fmt.Errorf("%s exited: %s", s.Name, s.Tail(3000))
 		}
-		if code, _, err := s.Get(ctx, "/healthz"); err == nil && code == http.StatusOK {
+		if code, _, err := s.Get(ctx, path); err == nil && code == http.StatusOK {
 			return nil
 		}
 		select {
@@ -146,7 +156,7 @@ func (s *Scheduler) WaitHealthy(ctx context.Context, timeout time.Duration) erro
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("%s not healthy after %v: %s", s.Name, timeout, s.Tail(3000))
+	return fmt.Errorf("%s not %s after %v: %s", s.Name, what, timeout, s.Tail(3000))
 }
 
 // Metric returns the value of the first sample line starting with prefix on

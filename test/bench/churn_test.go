@@ -3,7 +3,6 @@ package bench
 import (
 	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -84,7 +83,7 @@ type Churn struct {
 	// the churn alone costs it.
 	ChurnOnlyCores float64 `json:"churn_only_cores,omitempty"`
 	// With -floor: the same for a process that keeps only the scheduler's
-	// pod and node informers (no plugins, no handlers): what any scheduler
+	// pod and node informers (no plugins, handlers that do nothing): what any scheduler
 	// built on them pays to follow the churn; and that process's peak RSS.
 	ChurnOnlyFloorCores float64 `json:"churn_only_floor_cores,omitempty"`
 	FloorPeakRSSMiB     float64 `json:"floor_peak_rss_mib,omitempty"`
@@ -277,7 +276,7 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 	}
 	// Its caches synced and handlers through the initial list (readyz's
 	// sched-handler-sync), so that the window below is the churn's.
-	if err := waitReady(ctx, sched); err != nil {
+	if err := sched.WaitReady(ctx, 5*time.Minute); err != nil {
 		return nil, fmt.Errorf("%s: %w", ns, err)
 	}
 	var floor *localcp.Proc
@@ -457,23 +456,6 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 		}
 	}
 	return res, nil
-}
-
-// waitReady waits for the scheduler's /readyz: its caches synced and its
-// handlers through the initial list (sched-handler-sync).
-func waitReady(ctx context.Context, s *localcp.Scheduler) error {
-	for t0 := time.Now(); time.Since(t0) < 5*time.Minute; time.Sleep(time.Second) {
-		if s.Exited() {
-			return fmt.Errorf("the scheduler ended before it was ready: %s", s.Tail(3000))
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if code, _, err := s.Get(ctx, "/readyz"); err == nil && code == 200 {
-			return nil
-		}
-	}
-	return errors.New("the scheduler was not ready in 5 minutes")
 }
 
 // relabel rewrites a GFD-style timestamp label on every node once per

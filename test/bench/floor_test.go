@@ -23,9 +23,9 @@ import (
 // The floor of following the churn: what any scheduler built on client-go's
 // informers pays, whatever its plugins. With -floor, the churn runs start a
 // process of their own (this test binary, run again) that keeps only the
-// scheduler's pod and node caches, as kube-scheduler builds them, with no
-// handlers; its CPU over the churn-only window is reported beside the
-// scheduler's.
+// scheduler's pod and node caches, as kube-scheduler builds them, with
+// handlers that do nothing; its CPU over the churn-only window is reported
+// beside the scheduler's.
 var chFloor = flag.Bool("floor", false, "also measure a process that keeps only the scheduler's pod and node informers under the churn (churn runs)")
 
 const floorEnv = "GPU_SCHEDULER_BENCH_INFORMER_FLOOR"
