@@ -251,6 +251,23 @@ func (t *Tracker) Lookup(node string, generation int64) *NodeState {
 	return st
 }
 
+// Unchanged reports whether Compute, given the same node and pods again at
+// now, would return the same as the state it returned before. Never while
+// the node has reservations or other schedulers' in-flight pods: Compute
+// checks each time that their pods still exist.
+func (t *Tracker) Unchanged(node string, st *NodeState, now time.Time) bool {
+	if st.key.until != 0 && now.UnixNano() > st.key.until {
+		return false
+	}
+	s := t.slot(node, false)
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return st.key.version == s.version.Load() && len(s.reservations) == 0 && len(s.pending) == 0
+}
+
 // Build computes a node's state from the node, the pods on it, and the
 // reservations, caches it under the generation, and returns it. cpuFree is
 // the node's allocatable CPU minus what its pods request, memFree the same

@@ -139,10 +139,7 @@ func New(src Source, pods, nodes cache.SharedIndexInformer, recorder events.Even
 		UpdateFunc: func(old, obj interface{}) {
 			o, ok1 := old.(*v1.Node)
 			n, ok2 := obj.(*v1.Node)
-			// Heartbeats change nothing a device count depends on.
-			if ok1 && ok2 && objects.EqualResources(o.Status.Allocatable, n.Status.Allocatable) &&
-				objects.EqualResources(o.Status.Capacity, n.Status.Capacity) && objects.EqualLabels(o.Labels, n.Labels) &&
-				o.Annotations[hami.AnnotationRegister] == n.Annotations[hami.AnnotationRegister] && o.Annotations[hami.AnnotationCordon] == n.Annotations[hami.AnnotationCordon] {
+			if ok1 && ok2 && !m.devicesChanged(o, n) {
 				return
 			}
 			m.onNode(obj)
@@ -184,6 +181,19 @@ func (m *Monitor) onPod(old, obj interface{}) {
 func (m *Monitor) holds(p *v1.Pod) bool {
 	_, claims := p.Annotations[gpu.AnnotationAssignment]
 	return claims || gpu.UsesGPU(p, m.reqOpts)
+}
+
+// devicesChanged reports whether a node update changed what its device
+// inventory is read from. Heartbeats do not, nor do the labels GPU Feature
+// Discovery rewrites every minute on every node (its timestamp): only the
+// product and memory labels are read.
+func (m *Monitor) devicesChanged(o, n *v1.Node) bool {
+	opts := m.src.Tracker().Options()
+	return !objects.EqualResources(o.Status.Allocatable, n.Status.Allocatable) ||
+		!objects.EqualResources(o.Status.Capacity, n.Status.Capacity) ||
+		o.Labels[opts.ProductLabel] != n.Labels[opts.ProductLabel] || o.Labels[opts.MemoryLabel] != n.Labels[opts.MemoryLabel] ||
+		o.Annotations[hami.AnnotationRegister] != n.Annotations[hami.AnnotationRegister] ||
+		o.Annotations[hami.AnnotationCordon] != n.Annotations[hami.AnnotationCordon]
 }
 
 func (m *Monitor) onNode(obj interface{}) {

@@ -230,3 +230,34 @@ func TestMonitorHandshake(t *testing.T) {
 		}
 	}
 }
+
+// TestMonitorIgnoresLabelChurn: GPU Feature Discovery rewrites a timestamp
+// label on every node every minute; that is no reason to judge a node
+// again. What the inventory is read from is.
+func TestMonitorIgnoresLabelChurn(t *testing.T) {
+	m, _, _, _ := newMonitor(t, nil)
+	base := gpuNode("n", 4)
+	base.Labels = map[string]string{gpu.LabelGPUProduct: "A100", "nvidia.com/gfd.timestamp": "1"}
+	for _, tc := range []struct {
+		name string
+		edit func(*v1.Node)
+		want bool
+	}{
+		{"the GFD timestamp", func(n *v1.Node) { n.Labels["nvidia.com/gfd.timestamp"] = "2" }, false},
+		{"another label", func(n *v1.Node) { n.Labels["team"] = "a" }, false},
+		{"a heartbeat", func(n *v1.Node) {
+			n.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}
+		}, false},
+		{"the product", func(n *v1.Node) { n.Labels[gpu.LabelGPUProduct] = "H100" }, true},
+		{"the memory", func(n *v1.Node) { n.Labels[gpu.LabelGPUMemory] = "81920" }, true},
+		{"fewer GPUs", func(n *v1.Node) { n.Status.Allocatable[gpu.ResourceNvidiaGPU] = resource.MustParse("3") }, true},
+		{"HAMi's registration", func(n *v1.Node) { n.Annotations = map[string]string{hami.AnnotationRegister: "[]"} }, true},
+		{"HAMi's cordon", func(n *v1.Node) { n.Annotations = map[string]string{hami.AnnotationCordon: "x"} }, true},
+	} {
+		n := base.DeepCopy()
+		tc.edit(n)
+		if got := m.devicesChanged(base, n); got != tc.want {
+			t.Errorf("%s: devicesChanged = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -40,27 +40,7 @@ func BenchmarkResyncPass(b *testing.B) {
 			name = "distinct"
 		}
 		b.Run(name, func(b *testing.B) {
-			client := fake.NewClientset()
-			f := informers.NewSharedInformerFactory(client, 0)
-			podInf, nodeInf := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
-			podInf.AddIndexers(cache.Indexers{"node": func(obj interface{}) ([]string, error) {
-				return []string{obj.(*v1.Pod).Spec.NodeName}, nil
-			}})
-			st := &state{tracker: gpu.NewTracker(gpu.DefaultNodeOptions), pods: podInf.GetIndexer()}
-			act := &gputest.Activator{}
-			r, err := New(Config{SchedulerName: gpu.SchedulerName, Workers: 2, ResyncPeriod: time.Minute, BackoffBase: time.Millisecond,
-				BackoffMax: time.Second, Explain: false}, st, act, client, podInf, nodeInf, gpu.DefaultRequestOptions, func() bool { return true })
-			if err != nil {
-				b.Fatal(err)
-			}
-			models := []string{"A100", "T4", "L4"}
-			for i := 0; i < *passNodes; i++ {
-				n := fmt.Sprintf("node-%05d", i)
-				nodeInf.GetStore().Add(gpuNode(n, 8, models[i%3]))
-				podInf.GetStore().Add(boundPod(n+"-whole", n, n+":0=1000,1=1000,2=1000,3=1000,4=1000,5=1000"))
-				podInf.GetStore().Add(boundPod(n+"-s1", n, n+":6=700"))
-				podInf.GetStore().Add(boundPod(n+"-s2", n, n+":7=400"))
-			}
+			r, podInf, _ := passFixture(b)
 			var keys []string
 			for i := 0; i < *passPending; i++ {
 				name := fmt.Sprintf("pending-%06d", i)
@@ -110,10 +90,86 @@ func BenchmarkResyncPass(b *testing.B) {
 				pass()
 			}
 			b.StopTimer()
-			if n := len(act.Activated()); n != 0 {
+			if n := len(r.activator.(*gputest.Activator).Activated()); n != 0 {
 				b.Fatalf("%d pods activated; none fits", n)
 			}
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/float64(len(keys)), "us/pod")
+		})
+	}
+}
+
+// passFixture is the reconciler over -pass-nodes nodes of 8 GPUs, nearly
+// full (no device wholly free, at most 600 milli free on one), with three
+// bound pods each.
+func passFixture(b *testing.B) (*Reconciler, cache.SharedIndexInformer, cache.SharedIndexInformer) {
+	client := fake.NewClientset()
+	f := informers.NewSharedInformerFactory(client, 0)
+	podInf, nodeInf := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
+	podInf.AddIndexers(cache.Indexers{"node": func(obj interface{}) ([]string, error) {
+		return []string{obj.(*v1.Pod).Spec.NodeName}, nil
+	}})
+	st := &state{tracker: gpu.NewTracker(gpu.DefaultNodeOptions), pods: podInf.GetIndexer()}
+	act := &gputest.Activator{}
+	r, err := New(Config{SchedulerName: gpu.SchedulerName, Workers: 2, ResyncPeriod: time.Minute, BackoffBase: time.Millisecond,
+		BackoffMax: time.Second, Explain: false}, st, act, client, podInf, nodeInf, gpu.DefaultRequestOptions, func() bool { return true })
+	if err != nil {
+		b.Fatal(err)
+	}
+	models := []string{"A100", "T4", "L4"}
+	for i := 0; i < *passNodes; i++ {
+		n := fmt.Sprintf("node-%05d", i)
+		nodeInf.GetStore().Add(gpuNode(n, 8, models[i%3]))
+		podInf.GetStore().Add(boundPod(n+"-whole", n, n+":0=1000,1=1000,2=1000,3=1000,4=1000,5=1000"))
+		podInf.GetStore().Add(boundPod(n+"-s1", n, n+":6=700"))
+		podInf.GetStore().Add(boundPod(n+"-s2", n, n+":7=400"))
+	}
+	return r, podInf, nodeInf
+}
+
+// BenchmarkViewRebuild is one rebuild of the reconciler's view (ns/op) at
+// -pass-nodes nodes, after 5 s of the churn of make bench-churn at 5,000
+// nodes: a tenth of the nodes had a pod replaced (100 pod creations and
+// deletions per second) and 8% had a label rewritten (GPU Feature
+// Discovery's timestamp, 83 nodes per second). "every-node" computes every
+// node's state again, as before the bases were kept (the baseline);
+// "changed-only" reports its time as a ratio to it (x-every-node).
+func BenchmarkViewRebuild(b *testing.B) {
+	r, podInf, nodeInf := passFixture(b)
+	nodes := *passNodes
+	churn := func(round int) {
+		for i := round % 10; i < nodes; i += 10 {
+			n := fmt.Sprintf("node-%05d", i)
+			podInf.GetStore().Update(boundPod(n+"-s2", n, n+":7=400"))
+		}
+		for i := round % 12; i < nodes; i += 12 {
+			o, _, _ := nodeInf.GetStore().GetByKey(fmt.Sprintf("node-%05d", i))
+			n := o.(*v1.Node).DeepCopy()
+			n.Labels["nvidia.com/gfd.timestamp"] = fmt.Sprint(round)
+			nodeInf.GetStore().Update(n)
+		}
+	}
+	var every float64
+	for _, mode := range []string{"every-node", "changed-only"} {
+		b.Run(mode, func(b *testing.B) {
+			r.viewNow() // warm: parse caches, first bases
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				churn(i)
+				if mode == "every-node" {
+					r.bases = nil
+				}
+				r.invalidate()
+				b.StartTimer()
+				r.viewNow()
+			}
+			b.StopTimer()
+			ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+			if mode == "every-node" {
+				every = ns
+			} else if every > 0 {
+				b.ReportMetric(ns/every, "x-every-node")
+			}
 		})
 	}
 }

@@ -45,7 +45,6 @@ type GPUState interface {
 	Scoring() gpu.Scoring
 	Workload() *gpu.Workload
 	PodsOnNode(node string) ([]*v1.Pod, bool)
-	CurrentState(node *v1.Node) (*gpu.NodeState, bool)
 	// SameDevices reports whether two versions of a node report the same
 	// GPUs.
 	SameDevices(a, b *v1.Node) bool
@@ -101,6 +100,11 @@ type Reconciler struct {
 	// parallel on it; buildMu makes one worker build it.
 	current atomic.Pointer[view]
 	buildMu sync.Mutex
+	// bases are the nodes' states of the last view (buildMu): the next
+	// view recomputes only the nodes that changed since.
+	bases map[string]*baseNode
+	// computed counts the node states computed for views.
+	computed atomic.Int64
 
 	writtenMu sync.Mutex
 	written   map[string]time.Time // last reason write per pod
@@ -397,18 +401,26 @@ func (r *Reconciler) viewNow() *view {
 		return v
 	}
 	v := newView()
-	for _, o := range r.nodes.GetIndexer().List() {
+	objs := r.nodes.GetIndexer().List()
+	bases := make(map[string]*baseNode, len(objs))
+	for _, o := range objs {
 		n, ok := o.(*v1.Node)
 		if !ok {
 			continue
 		}
-		st, ok := r.gpu.CurrentState(n)
+		pods, ok := r.gpu.PodsOnNode(n.Name)
 		if !ok {
 			continue
 		}
-		pods, _ := r.gpu.PodsOnNode(n.Name)
-		v.add(newNodeView(n, st, pods))
+		b := r.bases[n.Name]
+		if !b.reusable(r.gpu, n, pods, v.built) {
+			b = newBaseNode(r.gpu.Tracker(), n, pods)
+			r.computed.Add(1)
+		}
+		bases[n.Name] = b
+		v.add(b.view(n))
 	}
+	r.bases = bases
 	r.current.Store(v)
 	return v
 }

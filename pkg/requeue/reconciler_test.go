@@ -51,10 +51,6 @@ func (s *state) PodsOnNode(n string) ([]*v1.Pod, bool) {
 	}
 	return gputest.PodsOn(s.pods, n), true
 }
-func (s *state) CurrentState(n *v1.Node) (*gpu.NodeState, bool) {
-	pods, _ := s.PodsOnNode(n.Name)
-	return s.tracker.Compute(n, pods, 0, 0, "", false), true
-}
 
 func (s *state) SameDevices(a, b *v1.Node) bool {
 	return a.Labels[gpu.LabelGPUProduct] == b.Labels[gpu.LabelGPUProduct] &&

@@ -1,6 +1,7 @@
 package requeue
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	v1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
@@ -123,19 +125,80 @@ func podRequests(p *v1.Pod) (int64, int64) {
 	return r.Cpu().MilliValue(), r.Memory().Value()
 }
 
-func newNodeView(n *v1.Node, st *gpu.NodeState, pods []*v1.Pod) *nodeView {
-	nv := &nodeView{node: n, gpu: st,
+// baseNode is a node as a view starts from: its GPU state and the CPU,
+// memory and pod slots its pods leave. Views are rebuilt every few seconds
+// and on every GPU event; at 5,000 nodes computing every state again is
+// most of a rebuild, while between two rebuilds only some nodes' pods
+// change, and GPU Feature Discovery's label rewrites change no state. So a
+// base is kept while everything it was computed from is the same.
+type baseNode struct {
+	node *v1.Node
+	// pods are the objects it was computed from, by address: the
+	// informer replaces an object on every change and never edits one.
+	pods                      []*v1.Pod
+	st                        *gpu.NodeState
+	cpuFree, memFree, podFree int64
+}
+
+func newBaseNode(t *gpu.Tracker, n *v1.Node, pods []*v1.Pod) *baseNode {
+	sortByAddress(pods)
+	b := &baseNode{node: n, pods: pods, st: t.Compute(n, pods, 0, 0, "", false),
 		cpuFree: n.Status.Allocatable.Cpu().MilliValue(),
 		memFree: n.Status.Allocatable.Memory().Value(),
 		podFree: n.Status.Allocatable.Pods().Value(),
 	}
 	for _, p := range pods {
 		cpu, mem := podRequests(p)
-		nv.cpuFree -= cpu
-		nv.memFree -= mem
-		nv.podFree--
+		b.cpuFree -= cpu
+		b.memFree -= mem
+		b.podFree--
 	}
-	return nv
+	return b
+}
+
+// reusable reports whether the base still is the node's: the same pods,
+// the same node or one whose devices and allocatable are the same (the
+// same node object, not one deleted and created again), and none of the
+// reservations or other schedulers' in-flight pods that the tracker counts
+// on it. It sorts pods.
+func (b *baseNode) reusable(gs GPUState, n *v1.Node, pods []*v1.Pod, now time.Time) bool {
+	if b == nil || len(b.pods) != len(pods) {
+		return false
+	}
+	if b.node != n && (b.node.UID != n.UID || !gs.SameDevices(b.node, n) || !sameAllocatable(b.node, n)) {
+		return false
+	}
+	sortByAddress(pods)
+	for i := range pods {
+		if pods[i] != b.pods[i] {
+			return false
+		}
+	}
+	return gs.Tracker().Unchanged(n.Name, b.st, now)
+}
+
+// sameAllocatable compares what a base's CPU, memory and pod slots come from.
+func sameAllocatable(a, b *v1.Node) bool {
+	for _, r := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourcePods} {
+		qa, oka := a.Status.Allocatable[r]
+		qb, okb := b.Status.Allocatable[r]
+		if oka != okb || qa.Cmp(qb) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func sortByAddress(pods []*v1.Pod) {
+	slices.SortFunc(pods, func(a, b *v1.Pod) int {
+		return cmp.Compare(uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(b)))
+	})
+}
+
+// view starts a view's node from the base. Bookings change that copy: they
+// replace its state with a clone (book), so the base's is never written.
+func (b *baseNode) view(n *v1.Node) *nodeView {
+	return &nodeView{node: n, gpu: b.st, cpuFree: b.cpuFree, memFree: b.memFree, podFree: b.podFree}
 }
 
 // reason categories, in the order a node is checked.

@@ -87,6 +87,15 @@ type Churn struct {
 	// built on them pays to follow the churn; and that process's peak RSS.
 	ChurnOnlyFloorCores float64 `json:"churn_only_floor_cores,omitempty"`
 	FloorPeakRSSMiB     float64 `json:"floor_peak_rss_mib,omitempty"`
+	// What each of them allocated per second in that window (MiB): the
+	// garbage collector's work follows it.
+	ChurnOnlyAllocMiBPS      float64 `json:"churn_only_alloc_mib_per_s,omitempty"`
+	ChurnOnlyFloorAllocMiBPS float64 `json:"churn_only_floor_alloc_mib_per_s,omitempty"`
+	// With -floor, the framework floor: the vanilla kube-scheduler with no
+	// pod to schedule (startFrameworkFloor), in the same window.
+	ChurnOnlyFrameworkCores    float64 `json:"churn_only_framework_floor_cores,omitempty"`
+	ChurnOnlyFrameworkAllocMiB float64 `json:"churn_only_framework_floor_alloc_mib_per_s,omitempty"`
+	FrameworkPeakRSSMiB        float64 `json:"framework_floor_peak_rss_mib,omitempty"`
 	// The same for the other processes: the churn's load on the control
 	// plane (and the bench's churn generator and fake kubelet).
 	ChurnOnlyOthersCores map[string]float64 `json:"churn_only_others_cores,omitempty"`
@@ -280,11 +289,16 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 		return nil, fmt.Errorf("%s: %w", ns, err)
 	}
 	var floor *localcp.Proc
+	var ffloor *localcp.Scheduler
 	if withChurn && *chFloor {
 		if floor, err = startFloor(ctx); err != nil {
 			return nil, err
 		}
 		defer floor.Stop(10 * time.Second)
+		if ffloor, err = startFrameworkFloor(ctx); err != nil {
+			return nil, err
+		}
+		defer ffloor.Stop(10 * time.Second)
 	}
 	churnCtx, stopChurn := context.WithCancel(ctx)
 	var labelOps, cpuOps atomic.Int64
@@ -295,10 +309,26 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 		go func() { defer churnWG.Done(); cpuChurn(churnCtx, cpuNS, &cpuOps) }()
 		// The churn at its rate before the stream; what it costs the
 		// scheduler alone (profiled with -pprof).
+		heapProfile := func(suffix string) {
+			if *tpProfile == "" {
+				return
+			}
+			// A pair, each after a collection (a heap profile is as of
+			// the last one), taken just outside the window so that those
+			// collections are not in its CPU: pprof -base start end
+			// -sample_index=alloc_space says what was allocated in it.
+			if code, body, err := sched.GetWithin(ctx, "/debug/pprof/heap?gc=1", time.Minute); err == nil && code == 200 {
+				os.MkdirAll(*tpProfile, 0o755)
+				os.WriteFile(filepath.Join(*tpProfile, fmt.Sprintf("heap-%s-idle-%s.pprof", ns, suffix)), []byte(body), 0o644)
+			}
+		}
+		heapProfile("start")
 		cpuIdle, othersIdle, requests := procCPU(sched.Pid()), othersCPU(), apiServerRequests(ctx)
-		var floorIdle float64
+		allocIdle := allocatedBytes(scrape(ctx, sched))
+		var floorIdle, floorAllocIdle, ffIdle, ffAllocIdle float64
 		if floor != nil {
-			floorIdle = procCPU(floor.Pid())
+			floorIdle, floorAllocIdle = procCPU(floor.Pid()), floorAllocated()
+			ffIdle, ffAllocIdle = procCPU(ffloor.Pid()), allocatedBytes(scrape(ctx, ffloor))
 		}
 		t0 := time.Now()
 		if *tpProfile != "" {
@@ -326,9 +356,14 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 		}
 		time.Sleep(10*time.Second - time.Since(t0))
 		res.ChurnOnlyCores = (procCPU(sched.Pid()) - cpuIdle) / time.Since(t0).Seconds()
+		res.ChurnOnlyAllocMiBPS = (allocatedBytes(scrape(ctx, sched)) - allocIdle) / (1 << 20) / time.Since(t0).Seconds()
 		if floor != nil {
 			res.ChurnOnlyFloorCores = (procCPU(floor.Pid()) - floorIdle) / time.Since(t0).Seconds()
+			res.ChurnOnlyFloorAllocMiBPS = (floorAllocated() - floorAllocIdle) / (1 << 20) / time.Since(t0).Seconds()
 			res.FloorPeakRSSMiB = procPeakRSS(floor.Pid())
+			res.ChurnOnlyFrameworkCores = (procCPU(ffloor.Pid()) - ffIdle) / time.Since(t0).Seconds()
+			res.ChurnOnlyFrameworkAllocMiB = (allocatedBytes(scrape(ctx, ffloor)) - ffAllocIdle) / (1 << 20) / time.Since(t0).Seconds()
+			res.FrameworkPeakRSSMiB = procPeakRSS(ffloor.Pid())
 		}
 		res.ChurnOnlyOthersCores = map[string]float64{}
 		for k, v := range othersCPU() {
@@ -340,8 +375,10 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 				res.ChurnOnlyRequestsPS[k] = r
 			}
 		}
+		heapProfile("end")
 		if floor != nil {
 			floor.Stop(10 * time.Second) // its window is over; the stream runs without it
+			ffloor.Stop(10 * time.Second)
 		}
 		if schedBin == "gpu-scheduler" {
 			// One full resync pass over the backlog, to measure it.
@@ -446,8 +483,9 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 	}
 	res.QueueDepth = after.sum("gpu_scheduler_requeue_queue_depth")
 	res.ReasonWritesPS = d("gpu_scheduler_pending_reason_writes_total") / window
-	b.Logf("%s: %d of %d bound in %v; samples %v; CPU s in %.0f s: scheduler %.1f, others %v; unschedulable attempts %.1f/s; the churn alone %.3f cores (others %.3v; informer floor %.3f cores, %.0f MiB), API server requests/s %v", ns, bound.Load(), *chStream, elapsed.Round(time.Millisecond), samples,
-		window, res.CPUSeconds, res.OthersCPUSeconds, res.UnschedulablePerS, res.ChurnOnlyCores, res.ChurnOnlyOthersCores, res.ChurnOnlyFloorCores, res.FloorPeakRSSMiB, res.ChurnOnlyRequestsPS)
+	b.Logf("%s: %d of %d bound in %v; samples %v; CPU s in %.0f s: scheduler %.1f, others %v; unschedulable attempts %.1f/s; the churn alone %.3f cores, %.1f MiB/s allocated (others %.3v; informer floor %.3f cores, %.1f MiB/s, %.0f MiB; framework floor %.3f cores, %.1f MiB/s, %.0f MiB), API server requests/s %v", ns, bound.Load(), *chStream, elapsed.Round(time.Millisecond), samples,
+		window, res.CPUSeconds, res.OthersCPUSeconds, res.UnschedulablePerS, res.ChurnOnlyCores, res.ChurnOnlyAllocMiBPS, res.ChurnOnlyOthersCores, res.ChurnOnlyFloorCores, res.ChurnOnlyFloorAllocMiBPS, res.FloorPeakRSSMiB,
+		res.ChurnOnlyFrameworkCores, res.ChurnOnlyFrameworkAllocMiB, res.FrameworkPeakRSSMiB, res.ChurnOnlyRequestsPS)
 
 	sched.Stop(10 * time.Second)
 	for _, n := range []string{ns, cpuNS} {
@@ -564,6 +602,15 @@ func apiServerRequests(ctx context.Context) map[string]float64 {
 		m[verb+" "+res] += v
 	}
 	return m
+}
+
+// allocatedBytes is the heap a process allocated since it started, from its
+// Go collector.
+func allocatedBytes(m metricsText) float64 {
+	if v := m.sum("go_gc_heap_allocs_bytes_total"); v > 0 {
+		return v
+	}
+	return m.sum("go_memstats_alloc_bytes_total")
 }
 
 // metricsText is a scrape of a scheduler's /metrics.

@@ -4,19 +4,6 @@ package objects
 
 import v1 "k8s.io/api/core/v1"
 
-// EqualLabels reports whether two label maps hold the same pairs.
-func EqualLabels(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
 // EqualResources reports whether two resource lists hold the same amounts.
 func EqualResources(a, b v1.ResourceList) bool {
 	if len(a) != len(b) {

@@ -1,0 +1,131 @@
+package requeue
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+)
+
+// TestViewRecomputesOnlyWhatChanged: a rebuilt view computes again the
+// states of the nodes whose pods, devices, allocatable or reservations
+// changed, and of no other; and after every change it is what computing
+// every node afresh gives.
+func TestViewRecomputesOnlyWhatChanged(t *testing.T) {
+	e := newEnv(t)
+	e.add(t, gpuNode("n1", 8, "A100"), gpuNode("n2", 8, "A100"), gpuNode("n3", 8, "A100"),
+		boundPod("b1", "n1", "n1:0=1000"), boundPod("b2", "n2", "n2:0=500"))
+	tr := e.r.gpu.Tracker()
+	node := func(name string) *v1.Node {
+		o, _, _ := e.nodes.GetByKey(name)
+		return o.(*v1.Node).DeepCopy()
+	}
+	withNode := func(name string, edit func(*v1.Node)) func() {
+		return func() {
+			n := node(name)
+			edit(n)
+			e.nodes.Update(n)
+		}
+	}
+	const reserved = types.UID("r1")
+	steps := []struct {
+		name       string
+		change     func()
+		recomputed []string
+	}{
+		{name: "first view", change: func() {}, recomputed: []string{"n1", "n2", "n3"}},
+		{name: "nothing changed", change: func() {}},
+		{name: "a label GPU Feature Discovery rewrites", change: withNode("n3", func(n *v1.Node) {
+			n.Labels["nvidia.com/gfd.timestamp"] = "1764620000"
+		})},
+		{name: "a pod's assignment moved", change: func() {
+			e.pods.Update(boundPod("b1", "n1", "n1:1=1000"))
+		}, recomputed: []string{"n1"}},
+		{name: "a pod bound", change: func() {
+			e.pods.Add(boundPod("b3", "n2", "n2:1=1000,2=1000"))
+		}, recomputed: []string{"n2"}},
+		{name: "a pod gone", change: func() {
+			e.pods.Delete(boundPod("b3", "n2", ""))
+		}, recomputed: []string{"n2"}},
+		{name: "a reservation made", change: func() {
+			tr.Reserve("n3", reserved, gpu.Reservation{Namespace: "ns", Name: "r1", Choice: gpu.Choice{Mask: 1, Milli: 1000}, Since: time.Now()})
+		}, recomputed: []string{"n3"}},
+		{name: "a node with a reservation", change: func() {}, recomputed: []string{"n3"}},
+		{name: "the reservation dropped", change: func() { tr.Unreserve(reserved) }, recomputed: []string{"n3"}},
+		{name: "fewer GPUs", change: withNode("n1", func(n *v1.Node) {
+			n.Status.Allocatable[gpu.ResourceNvidiaGPU] = resource.MustParse("4")
+		}), recomputed: []string{"n1"}},
+		{name: "less CPU", change: withNode("n2", func(n *v1.Node) {
+			n.Status.Allocatable[v1.ResourceCPU] = resource.MustParse("16")
+		}), recomputed: []string{"n2"}},
+		{name: "another model", change: withNode("n2", func(n *v1.Node) {
+			n.Labels[gpu.LabelGPUProduct] = "H100"
+		}), recomputed: []string{"n2"}},
+		{name: "deleted and created again", change: func() {
+			n := gpuNode("n3", 8, "A100")
+			n.UID = "again"
+			e.nodes.Update(n)
+		}, recomputed: []string{"n3"}},
+		{name: "a node gone", change: func() { e.nodes.Delete(node("n2")) }},
+	}
+	for _, s := range steps {
+		before := e.r.computed.Load()
+		s.change()
+		e.r.invalidate()
+		v := e.r.viewNow()
+		if got := e.r.computed.Load() - before; got != int64(len(s.recomputed)) {
+			t.Errorf("%s: %d node states computed, want %d (%v)", s.name, got, len(s.recomputed), s.recomputed)
+		}
+		// The level truth: every node computed afresh.
+		want := map[string]*baseNode{}
+		for _, o := range e.nodes.List() {
+			n := o.(*v1.Node)
+			pods, _ := e.r.gpu.PodsOnNode(n.Name)
+			want[n.Name] = newBaseNode(tr, n, pods)
+		}
+		if len(v.nodes) != len(want) {
+			t.Fatalf("%s: %d nodes in the view, want %d", s.name, len(v.nodes), len(want))
+		}
+		for _, nv := range v.nodes {
+			w := want[nv.node.Name]
+			if w == nil {
+				t.Fatalf("%s: node %s is gone, yet in the view", s.name, nv.node.Name)
+			}
+			if nv.node != w.node {
+				t.Errorf("%s: %s: the view holds an old version of the node (its labels are what affinity reads)", s.name, nv.node.Name)
+			}
+			if nv.gpu.Free != w.st.Free || nv.gpu.Overcommitted != w.st.Overcommitted || !reflect.DeepEqual(nv.gpu.Inventory, w.st.Inventory) ||
+				nv.cpuFree != w.cpuFree || nv.memFree != w.memFree || nv.podFree != w.podFree {
+				t.Errorf("%s: %s in the view: free %v, inventory %+v, cpu %d, mem %d, pods %d; computed afresh: %v, %+v, %d, %d, %d",
+					s.name, nv.node.Name, nv.gpu.Free[:8], nv.gpu.Inventory, nv.cpuFree, nv.memFree, nv.podFree,
+					w.st.Free[:8], w.st.Inventory, w.cpuFree, w.memFree, w.podFree)
+			}
+		}
+	}
+}
+
+// TestViewBookingLeavesTheBase: an activation books devices in its view
+// only; the next view starts from the cluster again.
+func TestViewBookingLeavesTheBase(t *testing.T) {
+	e := newEnv(t)
+	e.add(t, gpuNode("n1", 1, "A100"), pendingPod("p1", nil, 1), pendingPod("p2", nil, 1))
+	if err := e.reconcile(t, "p1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.reconcile(t, "p2"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.act.Activated(); len(got) != 1 {
+		t.Fatalf("one GPU wakes one pod, got %v", got)
+	}
+	e.r.invalidate()
+	v := e.r.viewNow()
+	if free := v.nodes[0].gpu.Free[0]; free != gpu.MilliPerGPU {
+		t.Errorf("the booking stayed in the node's base: %d milli free in a new view, want %d", free, gpu.MilliPerGPU)
+	}
+}
