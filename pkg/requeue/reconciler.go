@@ -19,11 +19,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -210,7 +212,9 @@ func (r *Reconciler) onPod(old, obj interface{}) {
 		return
 	}
 	if _, ok := r.pending(p); ok {
-		r.enqueue(p)
+		if o, ok := old.(*v1.Pod); !ok || !sameJudgement(o, p) {
+			r.enqueue(p)
+		}
 		return
 	}
 	if p.Spec.NodeName != "" {
@@ -232,6 +236,30 @@ func (r *Reconciler) onPod(old, obj interface{}) {
 		gpu.UsesGPU(p, r.reqOpts) {
 		r.markDirty()
 	}
+}
+
+// sameJudgement reports whether an update of a pending pod changed nothing
+// that its reconcile reads: its spec, annotations and scheduling condition
+// are as they were. Every pending-reason write is such an update, and so
+// is the node agent's or a controller's touch of its status: reconciling
+// it again would judge the same (and rebuild the view when it is old).
+// A change of the cluster is what wakes pods; the resync catches the rest.
+func sameJudgement(o, p *v1.Pod) bool {
+	oc, pc := podScheduled(o), podScheduled(p)
+	if oc == nil || pc == nil || oc.Status != pc.Status || oc.Reason != pc.Reason || oc.Message != pc.Message ||
+		!oc.LastTransitionTime.Equal(&pc.LastTransitionTime) || !maps.Equal(o.Annotations, p.Annotations) {
+		return false
+	}
+	return o.DeletionTimestamp.Equal(p.DeletionTimestamp) && equality.Semantic.DeepEqual(o.Spec, p.Spec)
+}
+
+func podScheduled(p *v1.Pod) *v1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == v1.PodScheduled {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
 }
 
 func terminal(p *v1.Pod) bool {

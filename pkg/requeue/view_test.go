@@ -129,3 +129,46 @@ func TestViewBookingLeavesTheBase(t *testing.T) {
 		t.Errorf("the booking stayed in the node's base: %d milli free in a new view, want %d", free, gpu.MilliPerGPU)
 	}
 }
+
+// TestOwnWritesAreNotReconciled: a pending pod is reconciled again when
+// something its judgement reads changed, not after its reason was written
+// (each of which would also rebuild an old view).
+func TestOwnWritesAreNotReconciled(t *testing.T) {
+	base := pendingPod("p", map[string]string{gpu.AnnotationMilli: "500"}, 0)
+	edit := func(f func(*v1.Pod)) *v1.Pod {
+		p := base.DeepCopy()
+		p.ResourceVersion = "2"
+		f(p)
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		old  interface{}
+		new  *v1.Pod
+		want bool
+	}{
+		{"created", nil, base, true},
+		{"its reason written", base, edit(func(p *v1.Pod) {
+			p.Status.Conditions = append(p.Status.Conditions, v1.PodCondition{Type: gpu.ConditionPending, Status: v1.ConditionTrue, Reason: ReasonUnschedulable, Message: "no node"})
+		}), false},
+		{"another attempt failed", base, edit(func(p *v1.Pod) {
+			p.Status.Conditions[0].Message = "0/3 nodes are available"
+		}), true},
+		{"unschedulable again, later", base, edit(func(p *v1.Pod) {
+			p.Status.Conditions[0].LastTransitionTime.Time = p.Status.Conditions[0].LastTransitionTime.Add(time.Minute)
+		}), true},
+		{"another request", base, edit(func(p *v1.Pod) { p.Annotations[gpu.AnnotationMilli] = "300" }), true},
+		{"a toleration", base, edit(func(p *v1.Pod) { p.Spec.Tolerations = []v1.Toleration{{Operator: v1.TolerationOpExists}} }), true},
+		{"more memory", base, edit(func(p *v1.Pod) {
+			p.Spec.Containers[0].Resources.Requests[v1.ResourceMemory] = resource.MustParse("1Gi")
+		}), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.r.onPod(tc.old, tc.new)
+			if got := e.r.queue.Len() == 1; got != tc.want {
+				t.Errorf("reconciled again: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
