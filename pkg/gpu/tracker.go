@@ -63,6 +63,10 @@ type stateKey struct {
 	// until, if set, is when the state expires (an in-flight pod of
 	// another scheduler stops counting then), in Unix nanoseconds.
 	until int64
+	// held: reservations or other schedulers' in-flight pods were on the
+	// node when it was computed (some are retired without a version
+	// change: see Unchanged).
+	held bool
 }
 
 type pendingPod struct {
@@ -252,11 +256,13 @@ func (t *Tracker) Lookup(node string, generation int64) *NodeState {
 }
 
 // Unchanged reports whether Compute, given the same node and pods again at
-// now, would return the same as the state it returned before. Never while
-// the node has reservations or other schedulers' in-flight pods: Compute
-// checks each time that their pods still exist.
+// now, would return the same as the state it returned before. Never for a
+// node that has, or had when st was computed, reservations or other
+// schedulers' in-flight pods: Compute checks each time that their pods
+// still exist, and a reservation the scheduler's snapshot retires goes
+// without a version change.
 func (t *Tracker) Unchanged(node string, st *NodeState, now time.Time) bool {
-	if st.key.until != 0 && now.UnixNano() > st.key.until {
+	if st.key.held || st.key.until != 0 && now.UnixNano() > st.key.until {
 		return false
 	}
 	s := t.slot(node, false)
@@ -456,6 +462,7 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 	st := NewNodeState(node.Name, ReadInventory(node, t.opts), cpuFree)
 	st.MemFree = memFree
 	st.key.version = s.version.Load()
+	st.key.held = len(s.reservations) > 0 || len(s.pending) > 0
 	var handled map[types.UID]bool // written only for reserved pods
 	if len(s.reservations) > 0 {
 		handled = make(map[types.UID]bool, len(s.reservations))

@@ -28,7 +28,6 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 
-	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/internal/objects"
 )
@@ -135,15 +134,8 @@ func New(src Source, pods, nodes cache.SharedIndexInformer, recorder events.Even
 		return nil, err
 	}
 	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj interface{}) { m.onNode(obj) },
-		UpdateFunc: func(old, obj interface{}) {
-			o, ok1 := old.(*v1.Node)
-			n, ok2 := obj.(*v1.Node)
-			if ok1 && ok2 && !m.devicesChanged(o, n) {
-				return
-			}
-			m.onNode(obj)
-		},
+		AddFunc:    func(obj interface{}) { m.onNode(obj) },
+		UpdateFunc: m.onNodeUpdate,
 		DeleteFunc: func(obj interface{}) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
@@ -183,17 +175,16 @@ func (m *Monitor) holds(p *v1.Pod) bool {
 	return claims || gpu.UsesGPU(p, m.reqOpts)
 }
 
-// devicesChanged reports whether a node update changed what its device
-// inventory is read from. Heartbeats do not, nor do the labels GPU Feature
-// Discovery rewrites every minute on every node (its timestamp): only the
-// product and memory labels are read.
-func (m *Monitor) devicesChanged(o, n *v1.Node) bool {
-	opts := m.src.Tracker().Options()
-	return !objects.EqualResources(o.Status.Allocatable, n.Status.Allocatable) ||
-		!objects.EqualResources(o.Status.Capacity, n.Status.Capacity) ||
-		o.Labels[opts.ProductLabel] != n.Labels[opts.ProductLabel] || o.Labels[opts.MemoryLabel] != n.Labels[opts.MemoryLabel] ||
-		o.Annotations[hami.AnnotationRegister] != n.Annotations[hami.AnnotationRegister] ||
-		o.Annotations[hami.AnnotationCordon] != n.Annotations[hami.AnnotationCordon]
+// onNodeUpdate judges a node again when what its device inventory is read
+// from changed. Heartbeats do not change it, nor do the labels GPU Feature
+// Discovery rewrites every minute on every node (its timestamp).
+func (m *Monitor) onNodeUpdate(old, obj interface{}) {
+	o, ok1 := old.(*v1.Node)
+	n, ok2 := obj.(*v1.Node)
+	if ok1 && ok2 && objects.SameDevices(o, n, m.src.Tracker().Options()) {
+		return
+	}
+	m.onNode(obj)
 }
 
 func (m *Monitor) onNode(obj interface{}) {

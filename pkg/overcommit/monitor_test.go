@@ -256,8 +256,13 @@ func TestMonitorIgnoresLabelChurn(t *testing.T) {
 	} {
 		n := base.DeepCopy()
 		tc.edit(n)
-		if got := m.devicesChanged(base, n); got != tc.want {
-			t.Errorf("%s: devicesChanged = %v, want %v", tc.name, got, tc.want)
+		m.onNodeUpdate(base, n)
+		if got := m.queue.Len() == 1; got != tc.want {
+			t.Errorf("%s: judged again: %v, want %v", tc.name, got, tc.want)
+		}
+		for m.queue.Len() > 0 {
+			k, _ := m.queue.Get()
+			m.queue.Done(k)
 		}
 	}
 }

@@ -64,6 +64,7 @@ func BenchmarkResyncPass(b *testing.B) {
 			}
 			ctx := klog.NewContext(context.Background(), klog.Background())
 			pass := func() {
+				r.forgetBases() // as a resync does
 				r.invalidate()
 				work := make(chan string, 1024)
 				var wg sync.WaitGroup

@@ -361,6 +361,9 @@ func (r *Reconciler) Run(ctx context.Context) {
 // workers are through (at most one resync period).
 func (r *Reconciler) pass(ctx context.Context, trigger string) time.Duration {
 	start := time.Now()
+	if trigger == "resync" {
+		r.forgetBases()
+	}
 	r.invalidate()
 	n := r.enqueueAll(ctx)
 	deadline := start.Add(r.cfg.ResyncPeriod)
@@ -415,6 +418,14 @@ func (r *Reconciler) worker(ctx context.Context) {
 func (r *Reconciler) invalidate() {
 	r.buildMu.Lock()
 	r.current.Store(nil)
+	r.buildMu.Unlock()
+}
+
+// forgetBases makes the next view compute every node again: the resync's
+// view is the level truth, whatever a base's key may have missed.
+func (r *Reconciler) forgetBases() {
+	r.buildMu.Lock()
+	r.bases = nil
 	r.buildMu.Unlock()
 }
 
@@ -690,9 +701,14 @@ func (r *Reconciler) write(ctx context.Context, key string, client kubernetes.In
 	}
 	_, err = client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1PatchOptions, "status")
 	switch {
-	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-		// The pod changed or went: its update brings a new judgement.
+	case apierrors.IsNotFound(err):
 		done()
+		return nil
+	case apierrors.IsConflict(err):
+		// The pod changed since it was judged: judge it again (its
+		// update may be one that wakes no reconcile, sameJudgement).
+		done()
+		r.queue.AddRateLimited(key)
 		return nil
 	case err != nil:
 		return fmt.Errorf("writing the %s condition: %w", gpu.ConditionPending, err)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu/gputest"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/internal/objects"
 )
 
 // state is the GPU accounting as the plugins keep it: a tracker over the
@@ -53,8 +54,7 @@ func (s *state) PodsOnNode(n string) ([]*v1.Pod, bool) {
 }
 
 func (s *state) SameDevices(a, b *v1.Node) bool {
-	return a.Labels[gpu.LabelGPUProduct] == b.Labels[gpu.LabelGPUProduct] &&
-		a.Status.Allocatable.Name(gpu.ResourceNvidiaGPU, resource.DecimalSI).Cmp(*b.Status.Allocatable.Name(gpu.ResourceNvidiaGPU, resource.DecimalSI)) == 0
+	return objects.SameDevices(a, b, s.tracker.Options())
 }
 
 type env struct {

@@ -132,6 +132,7 @@ func podRequests(p *v1.Pod) (int64, int64) {
 // change, and GPU Feature Discovery's label rewrites change no state. So a
 // base is kept while everything it was computed from is the same.
 type baseNode struct {
+	tr   *gpu.Tracker
 	node *v1.Node
 	// pods are the objects it was computed from, by address: the
 	// informer replaces an object on every change and never edits one.
@@ -142,7 +143,7 @@ type baseNode struct {
 
 func newBaseNode(t *gpu.Tracker, n *v1.Node, pods []*v1.Pod) *baseNode {
 	sortByAddress(pods)
-	b := &baseNode{node: n, pods: pods, st: t.Compute(n, pods, 0, 0, "", false),
+	b := &baseNode{tr: t, node: n, pods: pods, st: t.Compute(n, pods, 0, 0, "", false),
 		cpuFree: n.Status.Allocatable.Cpu().MilliValue(),
 		memFree: n.Status.Allocatable.Memory().Value(),
 		podFree: n.Status.Allocatable.Pods().Value(),
@@ -156,13 +157,13 @@ func newBaseNode(t *gpu.Tracker, n *v1.Node, pods []*v1.Pod) *baseNode {
 	return b
 }
 
-// reusable reports whether the base still is the node's: the same pods,
-// the same node or one whose devices and allocatable are the same (the
-// same node object, not one deleted and created again), and none of the
-// reservations or other schedulers' in-flight pods that the tracker counts
-// on it. It sorts pods.
+// reusable reports whether the base still is the node's: the same tracker
+// and pods, the same node or one whose devices and allocatable are the
+// same (the same node object, not one deleted and created again), and
+// nothing else the tracker counts that changed (Tracker.Unchanged). It
+// sorts pods.
 func (b *baseNode) reusable(gs GPUState, n *v1.Node, pods []*v1.Pod, now time.Time) bool {
-	if b == nil || len(b.pods) != len(pods) {
+	if b == nil || len(b.pods) != len(pods) || b.tr != gs.Tracker() {
 		return false
 	}
 	if b.node != n && (b.node.UID != n.UID || !gs.SameDevices(b.node, n) || !sameAllocatable(b.node, n)) {

@@ -1,13 +1,17 @@
 package requeue
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
@@ -66,6 +70,31 @@ func TestViewRecomputesOnlyWhatChanged(t *testing.T) {
 		{name: "another model", change: withNode("n2", func(n *v1.Node) {
 			n.Labels[gpu.LabelGPUProduct] = "H100"
 		}), recomputed: []string{"n2"}},
+		{name: "GPU memory reported", change: withNode("n2", func(n *v1.Node) {
+			n.Labels[gpu.LabelGPUMemory] = "81920"
+		}), recomputed: []string{"n2"}},
+		{name: "a GPU unhealthy", change: withNode("n1", func(n *v1.Node) {
+			n.Status.Capacity[gpu.ResourceNvidiaGPU] = resource.MustParse("5")
+		}), recomputed: []string{"n1"}},
+		{name: "another scheduler's pod in flight", change: func() {
+			tr.SetPending(boundPod("hami-pod", "", ""), "n1", time.Now().Add(time.Hour))
+		}, recomputed: []string{"n1"}},
+		{name: "while in flight", change: func() {}, recomputed: []string{"n1"}},
+		{name: "no longer in flight", change: func() { tr.SetPending(boundPod("hami-pod", "", ""), "", time.Time{}) }, recomputed: []string{"n1"}},
+		{name: "since", change: func() {}},
+		{name: "a reservation", change: func() {
+			tr.Reserve("n1", "x", gpu.Reservation{Namespace: "ns", Name: "x", Choice: gpu.Choice{Mask: 1 << 2, Milli: 1000}, Since: time.Now()})
+		}, recomputed: []string{"n1"}},
+		{name: "retired by the scheduler's snapshot", change: func() {
+			// The scheduler's view shows the pod with its assignment: the
+			// reservation goes, with no version change; a pod that then
+			// fails to bind leaves nothing on the node.
+			o, _, _ := e.nodes.GetByKey("n1")
+			x := boundPod("x", "n1", "n1:2=1000")
+			x.UID = "x"
+			tr.Compute(o.(*v1.Node), []*v1.Pod{x}, 0, 0, "", true)
+		}, recomputed: []string{"n1"}},
+		{name: "after the reservation", change: func() {}},
 		{name: "deleted and created again", change: func() {
 			n := gpuNode("n3", 8, "A100")
 			n.UID = "again"
@@ -170,5 +199,33 @@ func TestOwnWritesAreNotReconciled(t *testing.T) {
 				t.Errorf("reconciled again: %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestConflictingWriteJudgesAgain: a reason write that finds the pod changed
+// since it was judged is dropped, and the pod judged again, whatever that
+// change was.
+func TestConflictingWriteJudgesAgain(t *testing.T) {
+	e := newEnv(t)
+	e.client.PrependReactor("patch", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(v1.Resource("pods"), "p", errors.New("the object has been modified"))
+	})
+	e.add(t, gpuNode("n1", 1, "T4"), pendingPod("p", nil, 4))
+	for e.r.queue.Len() > 0 {
+		k, _ := e.r.queue.Get()
+		e.r.queue.Done(k)
+	}
+	if err := e.reconcile(t, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if _, pending := e.r.writes.Load("ns/p"); pending {
+		t.Error("the write that conflicted is still pending")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.r.queue.Len() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if e.r.queue.Len() != 1 {
+		t.Errorf("the pod was not queued to be judged again (queue %d)", e.r.queue.Len())
 	}
 }

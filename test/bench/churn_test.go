@@ -325,13 +325,13 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 		// A scrape allocates too (13 MB at 5,000 nodes, where our
 		// per-node gauges are most of /metrics): two back to back say how
 		// much, and the window's scrape is taken after its CPU is read.
+		heapProfile("start")
 		allocIdle, scrapeCost := scrapeAlloc(ctx, sched)
 		var floorIdle, floorAllocIdle, ffIdle, ffAllocIdle, ffScrapeCost float64
 		if floor != nil {
 			floorAllocIdle = floorAllocated()
 			ffAllocIdle, ffScrapeCost = scrapeAlloc(ctx, ffloor)
 		}
-		heapProfile("start")
 		cpuIdle, othersIdle, requests := procCPU(sched.Pid()), othersCPU(), apiServerRequests(ctx)
 		if floor != nil {
 			floorIdle, ffIdle = procCPU(floor.Pid()), procCPU(ffloor.Pid())

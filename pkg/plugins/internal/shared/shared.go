@@ -20,8 +20,8 @@ import (
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	fwk "k8s.io/kube-scheduler/framework"
 
-	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/internal/objects"
 )
 
 // Shared is one profile's GPU state, over its process's accounting.
@@ -459,35 +459,10 @@ func (s *Shared) BumpPodGen(node string) {
 // ForgetPodGen drops a deleted node's counter.
 func (s *Shared) ForgetPodGen(node string) { s.acc.podGen.Delete(node) }
 
-// SameDevices reports whether two versions of a node report the same GPUs:
-// only what the device inventory reads (the product and memory labels, the
-// GPU resources, the device agent's registration and cordon), not the other
-// labels, which GPU Feature Discovery alone rewrites every minute.
+// SameDevices reports whether two versions of a node report the same GPUs
+// (objects.SameDevices).
 func (s *Shared) SameDevices(a, b *v1.Node) bool {
-	opts := s.Tracker().Options()
-	if a.Labels[opts.ProductLabel] != b.Labels[opts.ProductLabel] || a.Labels[opts.MemoryLabel] != b.Labels[opts.MemoryLabel] ||
-		a.Annotations[hami.AnnotationRegister] != b.Annotations[hami.AnnotationRegister] ||
-		a.Annotations[hami.AnnotationCordon] != b.Annotations[hami.AnnotationCordon] ||
-		!sameQuantity(a, b, hami.ResourceGPU) {
-		return false
-	}
-	for _, r := range opts.ResourceNames {
-		if !sameQuantity(a, b, r) {
-			return false
-		}
-	}
-	return true
-}
-
-func sameQuantity(a, b *v1.Node, r v1.ResourceName) bool {
-	qa, oka := a.Status.Allocatable[r]
-	qb, okb := b.Status.Allocatable[r]
-	if oka != okb || qa.Cmp(qb) != 0 {
-		return false
-	}
-	qa, oka = a.Status.Capacity[r]
-	qb, okb = b.Status.Capacity[r]
-	return oka == okb && qa.Cmp(qb) == 0
+	return objects.SameDevices(a, b, s.Tracker().Options())
 }
 
 // AllPods lists every pod in the informer (nil without one).
