@@ -64,8 +64,7 @@ func BenchmarkResyncPass(b *testing.B) {
 			}
 			ctx := klog.NewContext(context.Background(), klog.Background())
 			pass := func() {
-				r.forgetBases() // as a resync does
-				r.invalidate()
+				r.recomputeAll() // as a resync does
 				work := make(chan string, 1024)
 				var wg sync.WaitGroup
 				for w := 0; w < 2; w++ {

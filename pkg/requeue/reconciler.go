@@ -362,9 +362,10 @@ func (r *Reconciler) Run(ctx context.Context) {
 func (r *Reconciler) pass(ctx context.Context, trigger string) time.Duration {
 	start := time.Now()
 	if trigger == "resync" {
-		r.forgetBases()
+		r.recomputeAll()
+	} else {
+		r.invalidate()
 	}
-	r.invalidate()
 	n := r.enqueueAll(ctx)
 	deadline := start.Add(r.cfg.ResyncPeriod)
 	for r.queue.Len() > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
@@ -421,11 +422,13 @@ func (r *Reconciler) invalidate() {
 	r.buildMu.Unlock()
 }
 
-// forgetBases makes the next view compute every node again: the resync's
-// view is the level truth, whatever a base's key may have missed.
-func (r *Reconciler) forgetBases() {
+// recomputeAll drops the view and its bases: the next view computes every
+// node again. The resync's view is the level truth, whatever a base's key
+// may have missed.
+func (r *Reconciler) recomputeAll() {
 	r.buildMu.Lock()
 	r.bases = nil
+	r.current.Store(nil)
 	r.buildMu.Unlock()
 }
 
@@ -706,8 +709,12 @@ func (r *Reconciler) write(ctx context.Context, key string, client kubernetes.In
 		return nil
 	case apierrors.IsConflict(err):
 		// The pod changed since it was judged: judge it again (its
-		// update may be one that wakes no reconcile, sameJudgement).
+		// update may be one that wakes no reconcile, sameJudgement). The
+		// next write waits out the spacing, as after a write: an informer
+		// that lags cannot make it retry against the same version at
+		// the writer's full rate.
 		done()
+		r.markWritten(key)
 		r.queue.AddRateLimited(key)
 		return nil
 	case err != nil:
@@ -718,13 +725,18 @@ func (r *Reconciler) write(ctx context.Context, key string, client kubernetes.In
 		return nil
 	}
 	reasonWrites.Inc()
+	r.markWritten(key)
+	return nil
+}
+
+// markWritten starts the spacing of the pod's next reason write.
+func (r *Reconciler) markWritten(key string) {
 	r.writtenMu.Lock()
 	r.written[key] = time.Now()
 	if len(r.written) > 100000 {
 		r.written = map[string]time.Time{} // bounded; a reset only allows one early write
 	}
 	r.writtenMu.Unlock()
-	return nil
 }
 
 // sweepReservations drops reservations whose pod is gone, or whose pod has

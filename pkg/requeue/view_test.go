@@ -1,6 +1,7 @@
 package requeue
 
 import (
+	"context"
 	"errors"
 	"reflect"
 	"testing"
@@ -226,6 +227,52 @@ func TestConflictingWriteJudgesAgain(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if e.r.queue.Len() != 1 {
-		t.Errorf("the pod was not queued to be judged again (queue %d)", e.r.queue.Len())
+		t.Fatalf("the pod was not queued to be judged again (queue %d)", e.r.queue.Len())
+	}
+	// Judged again while the informer still shows the version that
+	// conflicted: the write waits out the spacing instead of going again.
+	patches := len(e.patches())
+	e.r.cfg.ExplainEvery = time.Hour
+	if err := e.reconcile(t, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.patches()) - patches; n != 0 {
+		t.Errorf("%d patches sent again at once against the version that conflicted", n)
+	}
+}
+
+// TestResyncComputesEveryNode: an event's view reuses the nodes' states; a
+// resync's computes every node again, and so does a view after the
+// accounting was replaced (a new tracker, as Configure makes).
+func TestResyncComputesEveryNode(t *testing.T) {
+	e := newEnv(t)
+	e.add(t, gpuNode("n1", 8, "A100"), gpuNode("n2", 8, "A100"), boundPod("b1", "n1", "n1:0=1000"))
+	e.r.viewNow()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the pass only queues the pods; no worker runs here
+	for _, tc := range []struct {
+		name   string
+		change func()
+		want   int64
+	}{
+		{"an event's pass", func() { e.r.pass(ctx, "event") }, 0},
+		{"a resync", func() { e.r.pass(ctx, "resync") }, 2},
+		{"another tracker", func() {
+			// Its nodes at the versions the old one's were at: only the
+			// tracker tells the bases apart.
+			tr := gpu.NewTracker(gpu.DefaultNodeOptions)
+			for _, o := range e.nodes.List() {
+				tr.Compute(o.(*v1.Node), nil, 0, 0, "", false)
+			}
+			e.r.gpu.(*state).tracker = tr
+		}, 2},
+	} {
+		before := e.r.computed.Load()
+		tc.change()
+		e.r.invalidate()
+		e.r.viewNow()
+		if got := e.r.computed.Load() - before; got != tc.want {
+			t.Errorf("%s: %d node states computed, want %d", tc.name, got, tc.want)
+		}
 	}
 }
