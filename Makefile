@@ -13,6 +13,9 @@ LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.37.2 \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 \
 	-X github.com/gpu-scheduler/gpu-scheduler/pkg/version.Version=$(VERSION)
 PKGS := ./...
+# Static binaries everywhere: the images are FROM scratch, and one build cache
+# serves the host's binaries, the images' and the tests (only -race needs cgo).
+export CGO_ENABLED := 0
 UNIT_PKGS = $$($(GO) list ./... | grep -v /test/)
 
 .PHONY: all build binaries run test unit integration e2e e2e-kind image lint dist bench bench-requeue bench-openb bench-dynamic bench-throughput bench-churn fuzz manifests clean help
@@ -46,6 +49,23 @@ $(BIN)/kube-apiserver: go.mod go.sum
 	$(GO) build -ldflags "$(UPSTREAM_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
 $(BIN)/kube-scheduler: go.mod go.sum
 	$(GO) build -ldflags "$(UPSTREAM_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-scheduler
+# The rest of a kind node and its control plane (make e2e-kind).
+$(BIN)/kubelet: go.mod go.sum
+	$(GO) build -ldflags "$(UPSTREAM_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kubelet
+$(BIN)/kubeadm: go.mod go.sum
+	$(GO) build -ldflags "$(UPSTREAM_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kubeadm
+$(BIN)/kube-controller-manager: go.mod go.sum
+	$(GO) build -ldflags "$(UPSTREAM_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
+$(BIN)/kube-proxy: go.mod go.sum
+	$(GO) build -ldflags "$(UPSTREAM_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-proxy
+# kind and crictl, from their modules in a module of their own.
+$(BIN)/kind: hack/tools/kind/go.mod hack/tools/kind/go.sum
+	cd hack/tools/kind && $(GO) build -o $@ sigs.k8s.io/kind
+$(BIN)/crictl: hack/tools/kind/go.mod hack/tools/kind/go.sum
+	cd hack/tools/kind && $(GO) build -o $@ sigs.k8s.io/cri-tools/cmd/crictl
+# The test images' programs (test/images), static.
+$(BIN)/images/%: FORCE
+	$(GO) build -ldflags "-s -w" -o $@ ./test/images/$*
 $(BIN)/gpu-run: FORCE
 	$(GO) build -o $@ ./cmd/gpu-run
 
@@ -118,7 +138,7 @@ $(BIN)/promrules: hack/tools/go.mod hack/tools/go.sum hack/tools/promrules/main.
 # detector on the packages that share state between goroutines.
 unit:
 	$(GO) test -count=1 $(UNIT_PKGS)
-	$(GO) test -count=1 -race ./pkg/gpu/... ./pkg/plugins/... ./pkg/overcommit/... ./pkg/requeue/...
+	CGO_ENABLED=1 $(GO) test -count=1 -race ./pkg/gpu/... ./pkg/plugins/... ./pkg/overcommit/... ./pkg/requeue/...
 
 # The scheduler in-process against a real kube-apiserver and etcd.
 integration: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kubectl-gpu $(BIN)/helm $(BIN)/krew $(BIN)/promrules
@@ -131,13 +151,20 @@ test: lint unit integration
 e2e: binaries
 	$(GO) test -count=1 -timeout 30m -v ./test/e2e/ 2>&1 | grep -vE '^[IWE][0-9]{4} ' ; exit $${PIPESTATUS[0]}
 
+# The suite on kind: real kubelets and device plugins, our image, the chart
+# (hack/e2e-kind.sh; needs dockerd and debootstrap).
 e2e-kind:
 	hack/e2e-kind.sh
 
-# The image, tagged with VERSION as manifests/deployment.yaml expects (needs
-# a Docker engine).
-image:
-	docker build -t gpu-scheduler:$(VERSION) --build-arg VERSION=$(VERSION) .
+# The image, tagged with VERSION as manifests/deployment.yaml expects: the
+# static binary built here, FROM scratch, non-root (hack/image/Dockerfile).
+# It needs a Docker engine and no registry. The Dockerfile at the top builds
+# the same from a golang image, for machines that can pull.
+$(BIN)/image/gpu-scheduler: FORCE
+	$(GO) build -ldflags "-s -w $(LDFLAGS)" -o $@ ./cmd/gpu-scheduler
+image: $(BIN)/image/gpu-scheduler
+	cp hack/image/Dockerfile $(BIN)/image/Dockerfile
+	DOCKER_BUILDKIT=0 docker build -q -t gpu-scheduler:$(VERSION) --build-arg VERSION=$(VERSION) $(BIN)/image
 
 $(BIN)/kubectl: go.mod go.sum
 	$(GO) build -ldflags "$(UPSTREAM_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kubectl

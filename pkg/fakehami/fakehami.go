@@ -160,44 +160,21 @@ func (p *Plugin) Admit(ctx context.Context, node *v1.Node, pod *v1.Pod) error {
 }
 
 func (p *Plugin) admit(ctx context.Context, node *v1.Node, pod *v1.Pod) error {
-	devs, err := parseRegister(node.Annotations[keyRegister])
-	if err != nil {
-		return err
-	}
 	envs := map[string]string{}
-	var target *v1.Pod
 	cs := append(append([]v1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...)
 	for i := range cs {
 		n := gpus(&cs[i])
 		if n <= 0 {
 			continue
 		}
-		t, env, err := p.allocate(ctx, node.Name, devs, int(n))
-		if t != nil {
-			target = t
-		}
+		env, err := p.AllocateOn(ctx, node, int(n))
 		if err != nil {
-			if target != nil {
-				p.failed(ctx, node.Name, target)
-			}
 			return fmt.Errorf("Allocate for container %s: %w", cs[i].Name, err)
 		}
-		envs[cs[i].Name] = env
+		envs[cs[i].Name] = strings.Join(env, ";")
 	}
-	if target == nil {
+	if len(envs) == 0 {
 		return nil
-	}
-	// PodAllocationTrySuccess: once the list holds no device, the bind
-	// succeeded and the lock goes.
-	cur, err := p.client.CoreV1().Pods(target.Namespace).Get(ctx, target.Name, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	if !strings.Contains(cur.Annotations[keyToAllocate], "NVIDIA") {
-		if err := p.patchPod(ctx, cur, map[string]any{keyBindPhase: "success"}); err != nil {
-			return err
-		}
-		p.release(ctx, node.Name, cur)
 	}
 	// Where the environment went: the kubelet's pod, whatever pod the
 	// devices came from (the plugin does not check they are the same).
@@ -208,21 +185,52 @@ func (p *Plugin) admit(ctx context.Context, node *v1.Node, pod *v1.Pod) error {
 	return p.patchPod(ctx, pod, ann)
 }
 
+// AllocateOn is one Allocate call of the plugin on the node, for a container
+// the kubelet gives ids devices: it serves the pod being bound there and
+// returns the container's environment ("K=V"). On success it ends the bind
+// once the pod's list is empty (bind phase success, lock released); on a
+// failure after a pod was chosen it fails the bind (bind phase failed, lock
+// released), as PodAllocationTrySuccess and PodAllocationFailed do.
+func (p *Plugin) AllocateOn(ctx context.Context, node *v1.Node, ids int) ([]string, error) {
+	devs, err := parseRegister(node.Annotations[keyRegister])
+	if err != nil {
+		return nil, err
+	}
+	target, env, err := p.allocate(ctx, node.Name, devs, ids)
+	if err != nil {
+		if target != nil {
+			p.failed(ctx, node.Name, target)
+		}
+		return nil, err
+	}
+	cur, err := p.client.CoreV1().Pods(target.Namespace).Get(ctx, target.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if !strings.Contains(cur.Annotations[keyToAllocate], "NVIDIA") {
+		if err := p.patchPod(ctx, cur, map[string]any{keyBindPhase: "success"}); err != nil {
+			return nil, err
+		}
+		p.release(ctx, node.Name, cur)
+	}
+	return env, nil
+}
+
 // allocate is one Allocate call: find the pod, take its first non-empty
 // container entry, check the count, write the rest back, and compute the
 // environment.
-func (p *Plugin) allocate(ctx context.Context, node string, devs map[string]Device, ids int) (*v1.Pod, string, error) {
+func (p *Plugin) allocate(ctx context.Context, node string, devs map[string]Device, ids int) (*v1.Pod, []string, error) {
 	target, err := p.pendingPod(ctx, node)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	list, ok := target.Annotations[keyToAllocate]
 	if !ok {
-		return target, "", fmt.Errorf("pod %s/%s has no %s", target.Namespace, target.Name, keyToAllocate)
+		return target, nil, fmt.Errorf("pod %s/%s has no %s", target.Namespace, target.Name, keyToAllocate)
 	}
 	segs, err := decode(list)
 	if err != nil {
-		return target, "", err
+		return target, nil, err
 	}
 	at := -1
 	for i, s := range segs {
@@ -232,22 +240,22 @@ func (p *Plugin) allocate(ctx context.Context, node string, devs map[string]Devi
 		}
 	}
 	if at < 0 {
-		return target, "", fmt.Errorf("no device left to allocate for pod %s/%s", target.Namespace, target.Name)
+		return target, nil, fmt.Errorf("no device left to allocate for pod %s/%s", target.Namespace, target.Name)
 	}
 	seg := segs[at]
 	if len(seg) != ids {
-		return target, "", fmt.Errorf("device number not matched: kubelet asked for %d, the pod's list has %d", ids, len(seg))
+		return target, nil, fmt.Errorf("device number not matched: kubelet asked for %d, the pod's list has %d", ids, len(seg))
 	}
 	segs[at] = nil
 	if err := p.patchPod(ctx, target, map[string]any{keyToAllocate: encode(segs)}); err != nil {
-		return target, "", err
+		return target, nil, err
 	}
 	var uuids []string
 	env := []string{}
 	seen := map[string]bool{}
 	for i, d := range seg {
 		if _, ok := devs[d.uuid]; !ok {
-			return target, "", fmt.Errorf("device %s is not on node %s", d.uuid, node)
+			return target, nil, fmt.Errorf("device %s is not on node %s", d.uuid, node)
 		}
 		if !seen[d.uuid] {
 			seen[d.uuid] = true
@@ -260,7 +268,7 @@ func (p *Plugin) allocate(ctx context.Context, node string, devs map[string]Devi
 	p.mu.Lock()
 	p.Allocations++
 	p.mu.Unlock()
-	return target, strings.Join(env, ";"), nil
+	return target, env, nil
 }
 
 // pendingPod finds the pod being bound on the node as the plugin does: the

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fakehami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
@@ -124,8 +125,19 @@ func Create(ctx context.Context, client kubernetes.Interface, nodes ...Node) err
 		if err != nil {
 			return fmt.Errorf("creating node %s: %w", n.Name, err)
 		}
-		created.Status = obj.Status
-		if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		// On a real cluster, controllers write a new node at once (its
+		// pod CIDR, the not-ready taint): post on their latest version.
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			created.Status = obj.Status
+			_, err := client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+			if apierrors.IsConflict(err) {
+				if cur, gerr := client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{}); gerr == nil {
+					created = cur
+				}
+			}
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("posting status of node %s: %w", n.Name, err)
 		}
 	}

@@ -92,6 +92,7 @@ func run(m *testing.M) int {
 		scheds = &harness.Deployment{C: cluster}
 	}
 	code := m.Run()
+	writeFigures()
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "scheduler logs:\n%s\nlogs and configs kept in %s\n", scheds.Logs(), cluster.Dir)
 		os.Setenv("LOCALCP_KEEP", "1")

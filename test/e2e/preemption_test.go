@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -114,6 +115,14 @@ func TestPreemptionShareEvictsTheSmallest(t *testing.T) {
 	// A second node with room: the next high-priority share goes there and
 	// nothing is evicted.
 	s.AddNodes(fleet.Node{Name: "m", CPU: "16", Memory: "64Gi", GPUs: 1, Model: "Tesla-T4", MemoryMiB: 15360})
+	// Once the scheduler knows the new node (a pod only it can take binds
+	// there): otherwise q rightly preempts on the only node it sees.
+	probe := s.Pod(harness.PodSpec{Name: "probe"})
+	probe.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
+		NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{s.Node("m")}}}}}}}}
+	s.Create(probe)
+	s.WaitBound(time.Minute, "probe")
+	s.Delete("probe")
 	s.Create(s.Pod(harness.PodSpec{Name: "q", Milli: 300, PriorityClass: high}))
 	if got := evicted(s, "q", "big", "c", "p"); len(got) != 0 {
 		t.Errorf("evicted %v with a free device on another node", got)

@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpu-scheduler/gpu-scheduler/manifests"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fakekubelet"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
@@ -517,6 +518,10 @@ func CheckDevices(ctx context.Context, client kubernetes.Interface, allowed ...s
 	type nodeInfo struct {
 		alloc  int64
 		memMiB int64
+		// hami is the node's registration when HAMi's device plugin runs
+		// there: its devices are checked by UUID in HAMi's dimensions.
+		hami map[string]hami.Device
+		used map[string]hami.Usage
 		// whole and shares are what pods without an agreeing assignment hold.
 		whole  int64
 		shares []int64
@@ -526,6 +531,13 @@ func CheckDevices(ctx context.Context, client kubernetes.Interface, allowed ...s
 		q := n.Status.Allocatable[gpu.ResourceNvidiaGPU]
 		mem, _ := strconv.ParseInt(n.Labels[gpu.LabelGPUMemory], 10, 64)
 		info[n.Name] = &nodeInfo{alloc: q.Value(), memMiB: mem}
+		if v, ok := n.Annotations[hami.AnnotationRegister]; ok {
+			devs, _ := hami.ParseRegister(v)
+			info[n.Name].hami, info[n.Name].used = map[string]hami.Device{}, map[string]hami.Usage{}
+			for _, d := range devs {
+				info[n.Name].hami[d.ID] = d
+			}
+		}
 	}
 	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -546,6 +558,12 @@ func CheckDevices(ctx context.Context, client kubernetes.Interface, allowed ...s
 			continue // its node is gone
 		}
 		name := p.Namespace + "/" + p.Name
+		if ni.hami != nil {
+			if problem := checkHAMiPod(&p, ni.hami, ni.used); problem != "" && !allow[p.Spec.NodeName] {
+				problems = append(problems, name+": "+problem)
+			}
+			continue
+		}
 		req, err := gpu.ParseRequest(&p, gpu.DefaultRequestOptions)
 		if err != nil {
 			req = gpu.Request{Count: int32(gpu.WholeGPUs(&p, gpu.DefaultRequestOptions))}
@@ -595,6 +613,23 @@ func CheckDevices(ctx context.Context, client kubernetes.Interface, allowed ...s
 	sort.Strings(names)
 	for _, n := range names {
 		ni := info[n]
+		if ni.hami != nil {
+			var over []string
+			for id, u := range ni.used {
+				d, ok := ni.hami[id]
+				switch {
+				case !ok:
+					over = append(over, fmt.Sprintf("device %s is not registered", id))
+				case u.Mem > int64(d.Devmem) || u.Cores > 100 || u.Slots > d.Count:
+					over = append(over, fmt.Sprintf("device %s holds %d of %d MiB, %d%% of the SMs, %d of %d slots", id, u.Mem, d.Devmem, u.Cores, u.Slots, d.Count))
+				}
+			}
+			if len(over) > 0 && !allow[n] {
+				sort.Strings(over)
+				problems = append(problems, n+": "+strings.Join(over, "; "))
+			}
+			continue
+		}
 		var free int64
 		var rooms []int64 // partly used devices
 		var over []string
@@ -628,6 +663,54 @@ func CheckDevices(ctx context.Context, client kubernetes.Interface, allowed ...s
 		return use, fmt.Errorf("device accounting broken:\n%s", strings.Join(problems, "\n"))
 	}
 	return use, nil
+}
+
+// checkHAMiPod adds what a pod on a HAMi node holds, from its record
+// (hami.io/vgpu-devices-allocated, HAMi's own accounting), to used, and says
+// what is wrong with it: a GPU pod without a record, or a record that does
+// not agree with the pod's request (device count, memory per device).
+func checkHAMiPod(p *v1.Pod, devs map[string]hami.Device, used map[string]hami.Usage) string {
+	opts := gpu.RequestOptions{ResourceNames: []v1.ResourceName{gpu.ResourceNvidiaGPU}, Agent: hami.Agent{}}
+	req, err := gpu.ParseRequest(p, opts)
+	if err != nil || !req.HasGPU() {
+		return ""
+	}
+	rec, err := hami.DecodePodDevices(p.Annotations[hami.AnnotationAllocated])
+	if err != nil || p.Annotations[hami.AnnotationVGPUNode] != p.Spec.NodeName {
+		return fmt.Sprintf("a GPU pod on a HAMi node without a record for it (%q on %q): %v",
+			p.Annotations[hami.AnnotationAllocated], p.Annotations[hami.AnnotationVGPUNode], err)
+	}
+	n, share := int(req.Count), gpu.Exclusive
+	switch {
+	case req.ShareCount > 0:
+		n, share = int(req.ShareCount), req.Share
+	case req.Milli > 0:
+		n, share = 1, gpu.DeviceShare{Permille: req.Milli}
+	case req.MemoryMiB > 0:
+		n, share = 1, gpu.DeviceShare{MemoryMiB: req.MemoryMiB}
+	}
+	got := 0
+	for _, ctr := range rec {
+		for _, d := range ctr {
+			got++
+			reg, ok := devs[d.UUID]
+			if !ok {
+				return fmt.Sprintf("device %s is not the node's", d.UUID)
+			}
+			if want := share.MemoryOn(int64(reg.Devmem)); int64(d.Usedmem) != want {
+				return fmt.Sprintf("device %s: %d MiB recorded, the request is %d MiB", d.UUID, d.Usedmem, want)
+			}
+		}
+	}
+	if got != n {
+		return fmt.Sprintf("%d devices recorded, the request is for %d", got, n)
+	}
+	for id, u := range hami.PodUsage(p, rec) {
+		t := used[id]
+		t.Mem, t.Cores, t.Slots = t.Mem+u.Mem, t.Cores+u.Cores, t.Slots+u.Slots
+		used[id] = t
+	}
+	return ""
 }
 
 // packs reports whether the shares fit the devices' rooms, each on one

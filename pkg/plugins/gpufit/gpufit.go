@@ -638,7 +638,9 @@ func (pl *GPUFit) verifyRelease(pod *v1.Pod, node string, seq uint64, at time.Ti
 				ctx, cancel := context.WithTimeout(pl.ctx, 10*time.Second)
 				p, err := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 				cancel()
-				boundHere = err != nil || (p.UID == pod.UID && p.Spec.NodeName == node)
+				// Unknown (unreadable) keeps the lock to its expiry; a
+				// pod that is gone cannot be served: release it.
+				boundHere = (err != nil && !apierrors.IsNotFound(err)) || (err == nil && p.UID == pod.UID && p.Spec.NodeName == node)
 			}
 			return
 		}
