@@ -97,7 +97,7 @@ $HELM install gpu-scheduler manifests/charts/gpu-scheduler --namespace kube-syst
 # the same deployed scheduler.
 suite() {
   E2E_KUBECONFIG=$KUBECONFIG E2E_KIND=1 E2E_FIGURES=$OUT/figures.json go test -count=1 -timeout 60m -v "$@" ${E2E_ARGS:-} ./test/e2e/ 2>&1 |
-    grep -vE '^[IWE][0-9]{4} ' | tee -a "$OUT/e2e.log"
+    grep --line-buffered -vE '^[IWE][0-9]{4} ' | tee -a "$OUT/e2e.log"
   return "${PIPESTATUS[0]}"
 }
 : > "$OUT/e2e.log"

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
@@ -59,7 +60,12 @@ func (n Node) Object() *v1.Node {
 		v1.ResourceMemory: resource.MustParse(n.Memory),
 		v1.ResourcePods:   resource.MustParse("250"),
 	}
-	labels := map[string]string{LabelFake: "true", v1.LabelHostname: n.Name}
+	labels := map[string]string{LabelFake: "true"}
+	// A node name may be a longer DNS name than a label value can hold;
+	// kubelets then label the short host name.
+	if len(validation.IsValidLabelValue(n.Name)) == 0 {
+		labels[v1.LabelHostname] = n.Name
+	}
 	if n.GPUs > 0 {
 		capacity[gpu.ResourceNvidiaGPU] = *resource.NewQuantity(int64(n.GPUs), resource.DecimalSI)
 		labels["nvidia.com/gpu.present"] = "true"

@@ -18,10 +18,10 @@ type Agent interface {
 	// AgentName names the agent in messages.
 	AgentName() string
 	// Devices returns the node's devices, in the agent's index order, and
-	// whether the agent serves the node at all. A node it serves whose
-	// report cannot be read has no device (never the allocatable count,
-	// which counts the agent's slots, not GPUs).
-	Devices(node *v1.Node) ([]Device, bool)
+	// whether the agent serves the node at all, and has reported them. A
+	// node it serves whose report cannot be read has no device (never the
+	// allocatable count, which counts the agent's slots, not GPUs).
+	Devices(node *v1.Node) ([]Device, AgentState)
 	// Share reads a per-device share in the agent's own request dialect:
 	// count devices, each taking share. ok is false when the pod does not
 	// use the dialect.
@@ -30,6 +30,20 @@ type Agent interface {
 	// device; ok is false when there is none.
 	Uses(pod *v1.Pod, node string) ([]DeviceUse, bool)
 }
+
+// AgentState is what an agent says of a node.
+type AgentState uint8
+
+const (
+	// NotServed: the agent does not run on the node.
+	NotServed AgentState = iota
+	// Reported: the agent runs there, and its devices are the ones given.
+	Reported
+	// Unregistered: the agent runs there but has not reported its devices
+	// yet. Its allocatable counts the agent's slots, not GPUs, so the node
+	// takes no GPU pod until the report comes.
+	Unregistered
+)
 
 // Device is one GPU as an agent reports it.
 type Device struct {

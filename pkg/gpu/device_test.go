@@ -25,14 +25,19 @@ const (
 	keyShare   = "test/share"
 	keyUses    = "test/uses"
 	keyUsesOn  = "test/uses-node"
+	// keyUnregistered: the agent runs on the node and has not reported.
+	keyUnregistered = "test/unregistered"
 )
 
 func (testAgent) AgentName() string { return "test" }
 
-func (testAgent) Devices(n *v1.Node) ([]Device, bool) {
+func (testAgent) Devices(n *v1.Node) ([]Device, AgentState) {
 	v, ok := n.Annotations[keyDevices]
 	if !ok {
-		return nil, false
+		if _, ok := n.Annotations[keyUnregistered]; ok {
+			return nil, Unregistered
+		}
+		return nil, NotServed
 	}
 	var out []Device
 	for _, d := range strings.Split(v, ",") {
@@ -46,7 +51,7 @@ func (testAgent) Devices(n *v1.Node) ([]Device, bool) {
 		}
 		out = append(out, dev)
 	}
-	return out, true
+	return out, Reported
 }
 
 func (testAgent) Share(p *v1.Pod) (int32, DeviceShare, bool, error) {
@@ -329,5 +334,29 @@ func TestAgentUsable(t *testing.T) {
 	plain := NewTracker(DefaultNodeOptions).Compute(node("m", 3, 4, nil), nil, 0, 0, "", false)
 	if plain.Usable() != 3 {
 		t.Errorf("plain: usable %d", plain.Usable())
+	}
+}
+
+// A node whose agent runs but has not reported its devices takes no GPU
+// pod, whatever its allocatable says (those are the agent's slots), and
+// says so; CPU-only pods still fit.
+func TestAgentUnregistered(t *testing.T) {
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{keyUnregistered: ""}},
+		Status: v1.NodeStatus{Allocatable: v1.ResourceList{ResourceNvidiaGPU: resource.MustParse("40")}}}
+	inv := ReadInventory(n, agentOpts)
+	if !inv.Unregistered || inv.Count != 0 || !inv.Delivers() {
+		t.Fatalf("inventory %+v", inv)
+	}
+	s := NewTracker(agentOpts).Compute(n, nil, 0, 0, "", false)
+	for _, r := range []Request{{Count: 1}, {Milli: 500, Slot: true, NeedsDelivery: true}, {Milli: 500}} {
+		if out, _, _ := s.Fit(&r); out != AgentUnregistered {
+			t.Errorf("%+v: %v, want AgentUnregistered", r, out)
+		}
+		if out := s.Hosts(&r); out != AgentUnregistered {
+			t.Errorf("%+v: hosts %v", r, out)
+		}
+	}
+	if out, _, _ := s.Fit(&Request{CPU: 1000}); out != Fits {
+		t.Errorf("CPU-only: %v", out)
 	}
 }

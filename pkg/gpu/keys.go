@@ -48,6 +48,12 @@ const (
 	// GPU Feature Discovery labels.
 	LabelGPUProduct = "nvidia.com/gpu.product"
 	LabelGPUMemory  = "nvidia.com/gpu.memory"
+	// LabelGPUCount is the node's physical GPUs, and LabelGPUReplicas the
+	// replicas per GPU NVIDIA's time-slicing or MPS advertises (GFD):
+	// allocatable above count × replicas is a plugin that splits GPUs
+	// into slots of its own (HAMi's).
+	LabelGPUCount    = "nvidia.com/gpu.count"
+	LabelGPUReplicas = "nvidia.com/gpu.replicas"
 
 	// ResourceNvidiaGPU is the default whole-GPU extended resource.
 	ResourceNvidiaGPU = "nvidia.com/gpu"

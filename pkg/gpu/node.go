@@ -31,6 +31,9 @@ var DefaultNodeOptions = NodeOptions{
 type Inventory struct {
 	Count     int32
 	Unhealthy int32
+	// Unregistered: the node's agent runs there but has not reported its
+	// devices yet (gpu.Unregistered).
+	Unregistered bool
 	// Reported is the allocatable device count as the node reports it. A
 	// node reporting more than MaxDevices is refused for GPU pods (Count is
 	// then 0; see TooMany), never cut to a part of its devices.
@@ -63,8 +66,13 @@ func (inv *Inventory) TooMany() bool { return inv.Reported > MaxDevices }
 // ReadInventory reads a node's devices from its allocatable and GFD labels.
 func ReadInventory(node *v1.Node, opts NodeOptions) Inventory {
 	if opts.Agent != nil {
-		if devs, ok := opts.Agent.Devices(node); ok {
+		switch devs, st := opts.Agent.Devices(node); st {
+		case Reported:
 			return readAgentInventory(devs, opts.Agent.AgentName())
+		case Unregistered:
+			inv := readAgentInventory(nil, opts.Agent.AgentName())
+			inv.Unregistered = true
+			return inv
 		}
 	}
 	var inv Inventory
@@ -253,6 +261,9 @@ const (
 	NoShareDelivery
 	// DeviceNotAllowed: no device the pod allows by identity.
 	DeviceNotAllowed
+	// AgentUnregistered: the node's agent has not reported its devices
+	// yet; the node takes GPU pods once it has.
+	AgentUnregistered
 )
 
 // Unresolvable reports whether removing pods from the node could never help.
@@ -608,6 +619,8 @@ func (s *NodeState) Hosts(r *Request) Outcome {
 	switch {
 	case !r.HasGPU():
 		return Fits
+	case s.Unregistered:
+		return AgentUnregistered
 	case s.TooMany():
 		return TooManyDevices
 	case s.Count == 0:
@@ -634,6 +647,9 @@ func (s *NodeState) Hosts(r *Request) Outcome {
 func (s *NodeState) fit(r *Request) (Outcome, int32, int32, uint64) {
 	if !r.HasGPU() {
 		return Fits, 0, 0, 0
+	}
+	if s.Unregistered {
+		return AgentUnregistered, 0, 0, 0
 	}
 	if s.TooMany() {
 		return TooManyDevices, 0, 0, 0

@@ -1,13 +1,16 @@
 package overcommit
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-base/metrics"
+	"k8s.io/klog/v2"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
 )
@@ -49,6 +52,41 @@ func (m *Monitor) handshake(p *v1.Pod, reason, note string) {
 	}
 }
 
+// ReleaseEndedLocks has the leader release a node's HAMi lock whose holder
+// has ended or is gone (hami.ReleaseEnded), each time it judges the node:
+// after the holder's own change, and at every resync.
+func (m *Monitor) ReleaseEndedLocks(client kubernetes.Interface) {
+	m.releaseLock = func(ctx context.Context, node, value string) (bool, error) {
+		return hami.ReleaseEnded(ctx, client, node, value)
+	}
+}
+
+// checkLock releases the node's lock if the informer shows its holder
+// ended or gone (the API server has the last word, in hami.ReleaseEnded).
+func (m *Monitor) checkLock(ctx context.Context, node *v1.Node) {
+	v, ok := node.Annotations[hami.AnnotationNodeLock]
+	if !ok || m.releaseLock == nil || m.pods == nil {
+		return
+	}
+	_, ns, name, err := hami.ParseNodeLock(v)
+	if err != nil || name == "" {
+		return
+	}
+	if obj, exists, _ := m.pods.GetIndexer().GetByKey(ns + "/" + name); exists {
+		if p, ok := obj.(*v1.Pod); ok && p.Status.Phase != v1.PodFailed && p.Status.Phase != v1.PodSucceeded {
+			return
+		}
+	}
+	released, err := m.releaseLock(ctx, node.Name, v)
+	logger := klog.FromContext(ctx)
+	switch {
+	case err != nil:
+		logger.Info("could not release the HAMi lock of a pod that ended; it expires", "node", klog.KObj(node), "lock", v, "err", err)
+	case released:
+		logger.Info("released the HAMi lock of a pod that ended before the device plugin served it", "node", klog.KObj(node), "pod", klog.KRef(ns, name))
+	}
+}
+
 // checkHandshake looks at a bound pod's bind phase.
 func (m *Monitor) checkHandshake(p *v1.Pod, now time.Time) {
 	if p.Spec.NodeName == "" || p.Annotations[hami.AnnotationVGPUNode] != p.Spec.NodeName {
@@ -64,7 +102,7 @@ func (m *Monitor) checkHandshake(p *v1.Pod, now time.Time) {
 	case hami.BindAllocating:
 		if p.Status.Phase == v1.PodFailed {
 			// The kubelet rejected the pod before the device plugin saw
-			// it; the lock it held is taken over by the next bind.
+			// it; the lock it held is released (checkLock).
 			m.handshake(p, "failed", fmt.Sprintf("the pod failed on node %s before HAMi's device plugin delivered its GPUs (bind phase still allocating): %s %s",
 				p.Spec.NodeName, p.Status.Reason, p.Status.Message))
 			return

@@ -74,9 +74,13 @@ type Source interface {
 
 // Monitor judges nodes for overcommit.
 type Monitor struct {
-	src      Source
-	nodes    cache.SharedIndexInformer
-	recorder events.EventRecorder
+	src   Source
+	nodes cache.SharedIndexInformer
+	pods  cache.SharedIndexInformer
+	// releaseLock releases a node's HAMi lock whose holder has ended (nil:
+	// not configured).
+	releaseLock func(ctx context.Context, node, value string) (bool, error)
+	recorder    events.EventRecorder
 	// active reports whether this process schedules (the leader): only the
 	// leader writes Events and logs; every replica keeps the gauges.
 	active  func() bool
@@ -114,7 +118,7 @@ func New(src Source, pods, nodes cache.SharedIndexInformer, recorder events.Even
 			handshakeFailures.WithLabelValues(reason)
 		}
 	})
-	m := &Monitor{src: src, nodes: nodes, recorder: recorder, active: active, reqOpts: reqOpts, resync: resync, grace: Grace,
+	m := &Monitor{src: src, nodes: nodes, pods: pods, recorder: recorder, active: active, reqOpts: reqOpts, resync: resync, grace: Grace,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpu-scheduler-overcommit"}),
 		over: map[string]time.Time{}, told: map[string]bool{}, refused: map[string]bool{}, toldRefused: map[string]bool{},
@@ -279,6 +283,7 @@ func (m *Monitor) check(ctx context.Context, name string) error {
 	if !active {
 		return nil
 	}
+	m.checkLock(ctx, node)
 	m.mu.Lock()
 	told, toldRefused := m.told[name], m.toldRefused[name]
 	m.mu.Unlock()

@@ -266,3 +266,51 @@ func TestMonitorIgnoresLabelChurn(t *testing.T) {
 		}
 	}
 }
+
+// A node's HAMi lock whose holder ended before the device plugin served it
+// (the kubelet rejected the pod while the plugin was down) is released by
+// the leader when it judges the node; a live holder's lock is left alone,
+// and a standby releases nothing.
+func TestMonitorReleasesEndedLocks(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	for _, tc := range []struct {
+		name    string
+		phase   v1.PodPhase
+		gone    bool
+		active  bool
+		release bool
+	}{
+		{"failed holder", v1.PodFailed, false, true, true},
+		{"holder gone", "", true, true, true},
+		{"holder still binding", v1.PodPending, false, true, false},
+		{"holder running", v1.PodRunning, false, true, false},
+		{"standby", v1.PodFailed, false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, pods, nodes, _ := newMonitor(t, func() bool { return tc.active })
+			lock := hami.NodeLockValue(time.Now(), "ns", "holder")
+			n := gpuNode("n1", 40)
+			n.Annotations = map[string]string{hami.AnnotationNodeLock: lock}
+			client := fake.NewClientset(n)
+			m.ReleaseEndedLocks(client)
+			nodes.GetStore().Add(n)
+			if !tc.gone {
+				p := gputest.BoundPod("ns", "holder", "n1", "")
+				p.Annotations = map[string]string{hami.AnnotationVGPUNode: "n1", hami.AnnotationBindPhase: hami.BindAllocating,
+					hami.AnnotationBindTime: strconv.FormatInt(time.Now().Unix(), 10)}
+				p.Status.Phase = tc.phase
+				pods.GetStore().Add(p)
+				if _, err := client.CoreV1().Pods("ns").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := m.check(ctx, "n1"); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+			if _, held := got.Annotations[hami.AnnotationNodeLock]; held == tc.release {
+				t.Errorf("lock held %v, want released %v", held, tc.release)
+			}
+		})
+	}
+}

@@ -399,6 +399,7 @@ func (v *view) check(logger klog.Logger, pod *v1.Pod, req *gpu.Request, sc gpu.S
 	add(outcomes[gpu.NoGPU], "no GPU on %d node%s")
 	add(outcomes[gpu.NoShareDelivery], "no device plugin that delivers GPU shares (HAMi's) on %d node%s: a share needs nvidia.com/gpu: 1 and such a node")
 	add(outcomes[gpu.DeviceNotAllowed], "none of the GPUs the pod allows (nvidia.com/use-gpuuuid, nouse-gpuuuid) on %d node%s")
+	add(outcomes[gpu.AgentUnregistered], "a device plugin that has not registered its GPUs yet (HAMi's) on %d node%s")
 	add(cats[catResources], "not enough CPU, memory or pod slots on %d node%s")
 	add(cats[catAffinity], "node selector or affinity not matched on %d node%s")
 	add(cats[catTaint], "untolerated taints on %d node%s")

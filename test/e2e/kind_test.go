@@ -599,10 +599,10 @@ func TestKindTimings(t *testing.T) {
 	fig := map[string]any{
 		"whole_bind_to_running_p50_s": percentile(wl, 0.5), "whole_bind_to_running_p99_s": percentile(wl, 0.99), "whole_samples": len(wl),
 		"share_bind_to_running_p50_s": percentile(sl, 0.5), "share_bind_to_running_p99_s": percentile(sl, 0.99), "share_samples": len(sl),
-		"hami_node_burst_pods":          len(burst),
-		"hami_node_burst_created_s":     created.Seconds(),
-		"hami_node_binds_per_s":         float64(len(burst)-1) / lastBound.Sub(first).Seconds(),
-		"hami_node_running_per_s":       float64(len(burst)) / lastRunning.Sub(start).Seconds(),
+		"hami_node_burst_pods":           len(burst),
+		"hami_node_burst_created_s":      created.Seconds(),
+		"hami_node_binds_per_s":          float64(len(burst)-1) / lastBound.Sub(first).Seconds(),
+		"hami_node_running_per_s":        float64(len(burst)) / lastRunning.Sub(start).Seconds(),
 		"hami_node_first_to_last_bind_s": lastBound.Sub(first).Seconds(),
 	}
 	b, _ := json.Marshal(fig)
@@ -806,4 +806,73 @@ func TestKindHAMiPluginRestart(t *testing.T) {
 	}
 	waitRunning(t, s, 3*time.Minute, full...)
 	checkDelivered(t, s, full)
+}
+
+// HAMi's plugin registers with the kubelet (which then advertises its 40
+// slots) before it writes its registration; until then the node is not a
+// plain node with 40 GPUs: a GPU pod waits, says why, and binds through
+// HAMi's protocol once the registration is there.
+func TestKindHAMiNodeBeforeRegistration(t *testing.T) {
+	onKind(t)
+	s := cluster.NewScope(t)
+	hn := kindWorker(t, agentHAMi).Name
+	ds := cluster.Client.AppsV1().DaemonSets("kube-system")
+	setArgs := func(extra ...string) {
+		t.Helper()
+		d, err := ds.Get(s.Ctx, "hami-device-plugin", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &d.Spec.Template.Spec.Containers[0]
+		var args []string
+		for _, a := range c.Args {
+			if !strings.HasPrefix(a, "--register-delay") {
+				args = append(args, a)
+			}
+		}
+		c.Args = append(args, extra...)
+		if _, err := ds.Update(s.Ctx, d, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitPluginRolled(t, s, d.Generation+1)
+	}
+	setArgs("--register-delay=45s")
+	defer setArgs()
+	// The new plugin registered with the kubelet; its registration is
+	// not written yet: take away the old one.
+	node, err := cluster.Client.CoreV1().Nodes().Get(s.Ctx, hn, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(node.Annotations, hami.AnnotationRegister)
+	if _, err := cluster.Client.CoreV1().Nodes().Update(s.Ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := workload(s, harness.PodSpec{Name: "early"}, agentHAMi)
+	harness.WithLimits(p, map[v1.ResourceName]string{gpu.ResourceNvidiaGPU: "1"})
+	s.Create(p)
+	s.WaitReason(30*time.Second, "early", "has not registered its GPUs yet")
+	running := waitRunning(t, s, 2*time.Minute, "early")
+	checkHAMiEnv(t, kindWorker(t, agentHAMi), running["early"], printedEnv(t, s, "early"))
+	checkNoLock(t, hn)
+}
+
+// waitPluginRolled waits until the HAMi plugin's DaemonSet runs its new
+// template.
+func waitPluginRolled(t *testing.T, s *harness.Scope, gen int64) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(s.Ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		d, err := cluster.Client.AppsV1().DaemonSets("kube-system").Get(ctx, "hami-device-plugin", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		st := d.Status
+		return st.ObservedGeneration >= gen && st.UpdatedNumberScheduled == st.DesiredNumberScheduled && st.NumberReady == st.DesiredNumberScheduled &&
+			st.NumberUnavailable == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the HAMi plugin did not roll: %v", err)
+	}
+	// And its new pod has registered with the kubelet.
+	time.Sleep(3 * time.Second)
 }

@@ -280,8 +280,18 @@ func (d *Deployment) Active(ctx context.Context) (int, int) {
 	return active, len(d.pods(ctx))
 }
 
-// Logs implements GPUSchedulers.
-func (d *Deployment) Logs() string { return "(see kubectl -n kube-system logs deploy/gpu-scheduler)" }
+// Logs implements GPUSchedulers: the tail of each replica's log (those of
+// replicas already deleted are gone).
+func (d *Deployment) Logs() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var b strings.Builder
+	for _, p := range d.pods(ctx) {
+		out, err := d.C.Client.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &v1.PodLogOptions{TailLines: ptr.To[int64](300)}).DoRaw(ctx)
+		fmt.Fprintf(&b, "=== %s on %s (%v)\n%s\n", p.Name, p.Spec.NodeName, err, out)
+	}
+	return b.String()
+}
 
 // Stop implements GPUSchedulers.
 func (d *Deployment) Stop() {}

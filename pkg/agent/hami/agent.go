@@ -35,15 +35,18 @@ func (Agent) AgentName() string { return "HAMi" }
 // is healthy when the plugin says so and the node's allocatable
 // nvidia.com/gpu is above 0 (HAMi's own rule). Devices in mig or mps mode
 // are left out: their protocol is not implemented.
-func (a Agent) Devices(node *v1.Node) ([]gpu.Device, bool) {
+func (a Agent) Devices(node *v1.Node) ([]gpu.Device, gpu.AgentState) {
 	v, ok := node.Annotations[AnnotationRegister]
 	if !ok {
-		return nil, false
+		if Unregistered(node) {
+			return nil, gpu.Unregistered
+		}
+		return nil, gpu.NotServed
 	}
 	out := []gpu.Device{}
 	ds, err := parseRegisterCached(v)
 	if err != nil {
-		return out, true
+		return out, gpu.Reported
 	}
 	q := node.Status.Allocatable[ResourceGPU]
 	allocatable := q.Sign() > 0
@@ -62,7 +65,32 @@ func (a Agent) Devices(node *v1.Node) ([]gpu.Device, bool) {
 		out = append(out, gpu.Device{UUID: d.ID, Model: m, Type: d.Type, MemoryMiB: int64(d.Devmem), Cores: d.Devcore, Slots: d.Count,
 			Healthy: d.Health && allocatable, Cordoned: cordoned[d.ID]})
 	}
-	return out, true
+	return out, gpu.Reported
+}
+
+// Unregistered reports whether HAMi's device plugin runs on a node that has
+// no registration yet: the plugin has registered with the kubelet (which
+// then advertises its slots) before it writes the annotation, or cannot
+// write it. Then the allocatable counts slots, not GPUs, and a bind there
+// would carry no lock and no device list. The signs: HAMi's scheduler has
+// shaken hands with the node, or the node advertises more nvidia.com/gpu
+// than GPU Feature Discovery counts GPUs, times the replicas of NVIDIA's
+// own time-slicing (nvidia.com/gpu.count, nvidia.com/gpu.replicas). A
+// node with neither sign (no GFD) is read as a plain node.
+func Unregistered(node *v1.Node) bool {
+	if _, ok := node.Annotations[AnnotationHandshake]; ok {
+		return true
+	}
+	count, err := strconv.ParseInt(node.Labels[gpu.LabelGPUCount], 10, 64)
+	if err != nil || count <= 0 {
+		return false
+	}
+	replicas := int64(1)
+	if r, err := strconv.ParseInt(node.Labels[gpu.LabelGPUReplicas], 10, 64); err == nil && r > 1 {
+		replicas = r
+	}
+	q, ok := node.Status.Allocatable[ResourceGPU]
+	return ok && q.Value() > count*replicas
 }
 
 // hasShareKeys reports which share resources a container sets.

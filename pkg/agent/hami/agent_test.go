@@ -32,13 +32,13 @@ func TestAgentDevices(t *testing.T) {
 		`{"id":"GPU-a","count":10,"devmem":81920,"devcore":100,"type":"NVIDIA A100","mode":"hami-core","health":true},` +
 		`{"id":"GPU-a","index":5,"count":10,"devmem":1,"devcore":100,"type":"NVIDIA A100","mode":"hami-core","health":true},` +
 		`{"id":"GPU-m","index":2,"count":7,"devmem":81920,"devcore":100,"type":"NVIDIA A100","mode":"mig","health":true}]`
-	got, ok := a.Devices(hamiNode(reg, "20", map[string]string{AnnotationCordon: " GPU-b ,"}))
+	got, st := a.Devices(hamiNode(reg, "20", map[string]string{AnnotationCordon: " GPU-b ,"}))
 	want := []gpu.Device{
 		{UUID: "GPU-a", Model: "NVIDIA A100", Type: "NVIDIA A100", MemoryMiB: 81920, Cores: 100, Slots: 10, Healthy: true},
 		{UUID: "GPU-b", Model: "NVIDIA A100", Type: "NVIDIA A100", MemoryMiB: 81920, Cores: 100, Slots: 10, Healthy: true, Cordoned: true},
 	}
-	if !ok || !cmp.Equal(want, got, cmp.AllowUnexported(gpu.Device{})) {
-		t.Errorf("devices %v %+v", ok, got)
+	if st != gpu.Reported || !cmp.Equal(want, got, cmp.AllowUnexported(gpu.Device{})) {
+		t.Errorf("devices %v %+v", st, got)
 	}
 	// No allocatable slot: the plugin's devices are not usable.
 	got, _ = a.Devices(hamiNode(reg, "0", nil))
@@ -52,11 +52,38 @@ func TestAgentDevices(t *testing.T) {
 		t.Errorf("model %q", got[0].Model)
 	}
 	// Unreadable: served, with no device (never allocatable's slots).
-	if got, ok = a.Devices(hamiNode("[{", "20", nil)); !ok || got == nil || len(got) != 0 {
-		t.Errorf("unreadable: %v %v", ok, got)
+	if got, st = a.Devices(hamiNode("[{", "20", nil)); st != gpu.Reported || got == nil || len(got) != 0 {
+		t.Errorf("unreadable: %v %v", st, got)
 	}
-	if _, ok = a.Devices(&v1.Node{}); ok {
-		t.Errorf("a node without the registration is not HAMi's")
+	if _, st = a.Devices(&v1.Node{}); st != gpu.NotServed {
+		t.Errorf("a node without the registration is not HAMi's: %v", st)
+	}
+}
+
+// A node whose HAMi plugin runs but has not registered its GPUs is told
+// from a plain node by HAMi's handshake, or by more slots than GPU Feature
+// Discovery counts GPUs (times NVIDIA's own time-slicing replicas).
+func TestAgentUnregistered(t *testing.T) {
+	node := func(slots string, labels, ann map[string]string) *v1.Node {
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: labels, Annotations: ann},
+			Status: v1.NodeStatus{Allocatable: v1.ResourceList{ResourceGPU: resource.MustParse(slots)}}}
+	}
+	for _, tc := range []struct {
+		name string
+		n    *v1.Node
+		want gpu.AgentState
+	}{
+		{"plain, GFD", node("4", map[string]string{gpu.LabelGPUCount: "4"}, nil), gpu.NotServed},
+		{"plain, no GFD", node("4", nil, nil), gpu.NotServed},
+		{"slots before the registration", node("40", map[string]string{gpu.LabelGPUCount: "4"}, nil), gpu.Unregistered},
+		{"NVIDIA time-slicing", node("40", map[string]string{gpu.LabelGPUCount: "4", gpu.LabelGPUReplicas: "10"}, nil), gpu.NotServed},
+		{"more than time-slicing's", node("80", map[string]string{gpu.LabelGPUCount: "4", gpu.LabelGPUReplicas: "10"}, nil), gpu.Unregistered},
+		{"HAMi's handshake", node("4", nil, map[string]string{AnnotationHandshake: "Requesting_2026-12-01 10:00:00"}), gpu.Unregistered},
+		{"registered", node("40", map[string]string{gpu.LabelGPUCount: "4"}, map[string]string{AnnotationRegister: `[{"id":"GPU-a","count":10,"devmem":1,"devcore":100,"health":true}]`}), gpu.Reported},
+	} {
+		if _, st := (Agent{}).Devices(tc.n); st != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, st, tc.want)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -104,6 +105,28 @@ func LockNode(ctx context.Context, client kubernetes.Interface, node, namespace,
 		return value, nil
 	}
 	return "", fmt.Errorf("node %s: %s kept changing while taking it", node, AnnotationNodeLock)
+}
+
+// ReleaseEnded drops the node's lock, if it is still value, when the pod it
+// names has ended or is gone: the kubelet rejected it before the device
+// plugin served it (the plugin was down, say), so nobody else releases the
+// lock, and HAMi's scheduler would wait out its expiry. It reports whether
+// the holder had ended.
+func ReleaseEnded(ctx context.Context, client kubernetes.Interface, node, value string) (bool, error) {
+	_, ns, name, err := ParseNodeLock(value)
+	if err != nil || name == "" {
+		return false, err
+	}
+	p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return false, err
+	case p.Status.Phase == v1.PodFailed || p.Status.Phase == v1.PodSucceeded:
+	default:
+		return false, nil
+	}
+	return true, ReleaseNodeLock(ctx, client, node, value)
 }
 
 // ReleaseNodeLock drops the node's lock if it is still the given hold: a

@@ -41,6 +41,10 @@ func TestSameDevices(t *testing.T) {
 		{"another GPU resource", func(n *v1.Node) { n.Status.Allocatable["example.com/gpu"] = resource.MustParse("1") }, false},
 		{"HAMi's registration", func(n *v1.Node) { n.Annotations[hami.AnnotationRegister] = "r2" }, false},
 		{"HAMi's cordon", func(n *v1.Node) { n.Annotations[hami.AnnotationCordon] = "x" }, false},
+		// What tells a HAMi node that has not registered from a plain one.
+		{"GFD's GPU count", func(n *v1.Node) { n.Labels[gpu.LabelGPUCount] = "4" }, false},
+		{"GFD's replicas", func(n *v1.Node) { n.Labels[gpu.LabelGPUReplicas] = "2" }, false},
+		{"HAMi's handshake", func(n *v1.Node) { n.Annotations[hami.AnnotationHandshake] = "Requesting_x" }, false},
 	} {
 		n := base.DeepCopy()
 		tc.edit(n)

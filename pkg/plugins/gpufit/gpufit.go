@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -27,6 +26,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/features"
 
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
@@ -58,6 +58,7 @@ const (
 	ErrReasonNoDelivery       = "node(s) had no device plugin that delivers GPU shares (HAMi's); request nvidia.com/gpu: 1 with the share on such nodes"
 	ErrReasonDeviceNotAllowed = "node(s) had none of the GPUs the pod allows (nvidia.com/use-gpuuuid, nouse-gpuuuid)"
 	ErrReasonNodeLocked       = "node's HAMi lock is held by another pod's bind"
+	ErrReasonUnregistered     = "node(s) had a device plugin that has not registered its GPUs yet (HAMi's hami.io/node-nvidia-register)"
 )
 
 var reasons = map[gpu.Outcome]string{
@@ -72,6 +73,7 @@ var reasons = map[gpu.Outcome]string{
 	gpu.Overcommitted:     ErrReasonOvercommitted,
 	gpu.NoShareDelivery:   ErrReasonNoDelivery,
 	gpu.DeviceNotAllowed:  ErrReasonDeviceNotAllowed,
+	gpu.AgentUnregistered: ErrReasonUnregistered,
 }
 
 // Reason returns the constant Filter reason of an outcome.
@@ -100,6 +102,8 @@ type GPUFit struct {
 	// hostless gates the pods waiting for a model no node hosts (nil
 	// without hints or the reconciler).
 	hostless *hostless
+	// binder is the node agent's side of a bind (nil without an agent).
+	binder agent.Binder
 }
 
 // bindInFlight is GPUFit.inFlight's default.
@@ -146,6 +150,10 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		ctx:     ctx,
 	}
 	pl.inFlight.Store(int64(bindInFlight))
+	if opts.Agent != nil && h.ClientSet() != nil {
+		pl.binder = &hami.Binder{Client: h.ClientSet(), Expiry: time.Duration(args.HAMi.NodeLockExpirySeconds) * time.Second,
+			Wait: time.Duration(args.HAMi.LockWaitSeconds) * time.Second, Poll: time.Second}
+	}
 	if f := h.SharedInformerFactory(); f != nil {
 		pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
 		// A bound pod waiting on a deferred resize sits in the pool too,
@@ -185,6 +193,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 				time.Duration(args.HAMi.NodeLockExpirySeconds)*time.Second)
 			if err != nil {
 				return nil, err
+			}
+			if opts.Agent != nil && h.ClientSet() != nil {
+				mon.ReleaseEndedLocks(h.ClientSet())
 			}
 			go mon.Run(ctx)
 		}
@@ -273,7 +284,7 @@ func (pl *GPUFit) watch(pods, nodes cache.SharedIndexInformer) error {
 			o, ok1 := old.(*v1.Node)
 			n, ok2 := obj.(*v1.Node)
 			if ok1 && ok2 && o.Annotations[hami.AnnotationNodeLock] != n.Annotations[hami.AnnotationNodeLock] {
-				lockChanged(n.Name)
+				hami.NodeLockChanged(n.Name)
 			}
 		},
 		DeleteFunc: func(obj interface{}) {
@@ -490,20 +501,9 @@ type reserveState struct {
 	// be bound even if the cycle fails, so Unreserve checks before it
 	// releases the devices.
 	bind atomic.Pointer[bindAttempt]
-	// hami is the device list for the node's HAMi device plugin when it
-	// delivers the pod's GPUs (nil otherwise); lock is the node lock's
-	// value once PreBind has written it (set before the write, so that a
-	// write whose answer is lost is released too).
-	hami hami.PodDevices
-	lock atomic.Pointer[string]
-}
-
-// lockValue is the node lock this cycle wrote, or "".
-func (r *reserveState) lockValue() string {
-	if v := r.lock.Load(); v != nil {
-		return *v
-	}
-	return ""
+	// delivery is the bind through the node's agent when it delivers the
+	// pod's GPUs (nil otherwise).
+	delivery agent.Delivery
 }
 
 // bindAttempt is what a failed cycle knows of its bind.
@@ -548,7 +548,7 @@ func (pl *GPUFit) reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	}
 	seq := pl.shared.Tracker().Reserve(nodeName, pod.UID, gpu.Reservation{Namespace: pod.Namespace, Name: pod.Name, Choice: choice, Since: time.Now()})
 	rs := &reserveState{node: nodeName, choice: choice, seq: seq}
-	if st.Delivers() && gpu.WholeGPUs(pod, pl.reqOpts) > 0 {
+	if st.Delivers() && pl.binder != nil && gpu.WholeGPUs(pod, pl.reqOpts) > 0 {
 		// The device plugin is asked for the pod's GPUs: it hands out
 		// the devices chosen here, with their limits.
 		var devs []gpu.Device
@@ -556,7 +556,7 @@ func (pl *GPUFit) reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 			devs = append(devs, st.Devices[i])
 		}
 		var err error
-		if rs.hami, err = hami.Allocation(pod, devs, choice.Share); err != nil {
+		if rs.delivery, err = pl.binder.Plan(pod, nodeName, devs, choice.Share); err != nil {
 			pl.shared.Tracker().UnreserveIf(pod.UID, seq)
 			return fwk.AsStatus(fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err))
 		}
@@ -594,14 +594,14 @@ func (pl *GPUFit) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		return // this cycle reserved nothing
 	}
 	b := rs.bind.Load()
-	if lock := rs.lockValue(); lock != "" && (b == nil || b.notBound) {
+	if d := rs.delivery; d != nil && d.Held() && (b == nil || b.notBound) {
 		// Nothing of this bind reached the node: let the next one in.
-		go pl.unlockNode(pod, rs.node, lock)
+		go pl.release(pod, rs.node, d)
 	}
 	if b != nil && !b.notBound {
 		klog.FromContext(ctx).V(2).Info("bind failed but may have landed: keeping the GPUs until the pod is seen", "pod", klog.KObj(pod), "node", rs.node)
 		pl.shared.Tracker().SetUncertain(pod.UID, rs.seq, true)
-		go pl.verifyRelease(pod, rs.node, rs.seq, b.at, b.mayLand, rs.lockValue())
+		go pl.verifyRelease(pod, rs.node, rs.seq, b.at, b.mayLand, rs.delivery)
 		return
 	}
 	pl.shared.Tracker().UnreserveIf(pod.UID, rs.seq)
@@ -611,17 +611,18 @@ func (pl *GPUFit) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 // failed bind landed, and releases the reservation only if it did not. Then
 // the pod may be scheduled again (it is activated), and pods waiting for the
 // devices are told.
-func (pl *GPUFit) verifyRelease(pod *v1.Pod, node string, seq uint64, at time.Time, mayLand bool, lock string) {
+func (pl *GPUFit) verifyRelease(pod *v1.Pod, node string, seq uint64, at time.Time, mayLand bool, d agent.Delivery) {
 	logger := klog.FromContext(pl.ctx).WithValues("pod", klog.KObj(pod), "node", node)
 	tr := pl.shared.Tracker()
 	client := pl.handle.ClientSet()
 	released, pending, boundHere := false, true, false
+	held := d != nil && d.Held()
 	defer func() {
-		if lock != "" && !boundHere {
+		if held && !boundHere {
 			// The bind did not land here: the node's device plugin will
 			// not serve this pod for it (released before the pod may try
-			// again; a new attempt's lock has another value).
-			pl.unlockNode(pod, node, lock)
+			// again; a new attempt's hold is another).
+			pl.release(pod, node, d)
 		}
 		if pending && pl.ctx.Err() == nil {
 			pl.handle.Activate(logger, map[string]*v1.Pod{pod.Namespace + "/" + pod.Name: pod})
@@ -634,7 +635,7 @@ func (pl *GPUFit) verifyRelease(pod *v1.Pod, node string, seq uint64, at time.Ti
 	for {
 		if _, r, ok := tr.Reserved(pod.UID); !ok || r.Seq != seq {
 			// Replaced, or retired (bound here, seen with its record).
-			if lock != "" && client != nil {
+			if held && client != nil {
 				ctx, cancel := context.WithTimeout(pl.ctx, 10*time.Second)
 				p, err := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 				cancel()
@@ -734,14 +735,18 @@ func isDefinite(err error) bool {
 }
 
 // PreBindPreFlight: only GPU pods have an annotation to write, and only
-// when it is not written with the binding. (Success here also makes the
-// scheduler record the nominated node: one more write.)
+// when it is not written with the binding (assignmentWrite: PreBind; the
+// agent's hold is then taken here too). (Success here also makes the
+// scheduler record the nominated node: one more write.) A bind through an
+// agent does not run in parallel: it runs after VolumeBinding and
+// DynamicResources, which may wait for minutes, so that its hold cannot
+// expire while they do.
 func (pl *GPUFit) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
 	rs := readReserve(cs)
-	if rs == nil || (pl.args.AssignmentWrite != config.WriteAtPreBind && rs.hami == nil) {
+	if rs == nil || pl.args.AssignmentWrite != config.WriteAtPreBind {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	return &fwk.PreBindPreFlightResult{AllowParallel: true}, nil
+	return &fwk.PreBindPreFlightResult{AllowParallel: rs.delivery == nil}, nil
 }
 
 // Bind binds a GPU pod with its assignment annotation in the same write:
@@ -759,6 +764,13 @@ func (pl *GPUFit) Bind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 		// here.
 		rs.bind.Store(&bindAttempt{mayLand: true, at: time.Now()})
 		return fwk.NewStatus(fwk.Skip)
+	}
+	if rs.delivery != nil {
+		// Here, after every PreBind: the hold lasts only as long as
+		// its own bind.
+		if st := pl.hold(ctx, pod, nodeName, rs); st != nil {
+			return st // Unreserve releases it
+		}
 	}
 	binding := &v1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
@@ -787,25 +799,22 @@ func (pl *GPUFit) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	if rs == nil {
 		return nil
 	}
-	if rs.hami != nil {
-		if st := pl.lockNode(ctx, pod, nodeName, rs); st != nil {
-			return st
-		}
-		if st := pl.recheck(ctx, pod, nodeName, rs); st != nil {
-			return st // Unreserve releases the lock
-		}
-	}
 	if pl.args.AssignmentWrite != config.WriteAtPreBind {
-		return nil
+		return nil // written with the binding
+	}
+	if rs.delivery != nil {
+		if st := pl.hold(ctx, pod, nodeName, rs); st != nil {
+			return st // Unreserve releases it
+		}
 	}
 	ann := map[string]any{}
 	for k, v := range pl.bindAnnotations(rs, nodeName) {
 		ann[k] = v
 	}
 	meta := map[string]any{"annotations": ann}
-	if rs.hami != nil {
+	if rs.delivery != nil {
 		// HAMi's scheduler labels the pod too (its monitor reads it).
-		meta["labels"] = map[string]string{hami.AnnotationVGPUNode: nodeName}
+		meta["labels"] = rs.delivery.Labels()
 	} else {
 		// An earlier attempt on a HAMi node may have left its record
 		// (the cached pod may not show it yet): HAMi would keep counting
@@ -827,6 +836,12 @@ func (pl *GPUFit) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	if _, err := cs2.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fwk.AsStatus(fmt.Errorf("writing %s on pod %s/%s: %w", gpu.AnnotationAssignment, pod.Namespace, pod.Name, err))
 	}
+	if rs.delivery != nil {
+		// The default binder binds next, at once.
+		if err := rs.delivery.Verify(ctx); err != nil {
+			return fwk.AsStatus(err)
+		}
+	}
 	return nil
 }
 
@@ -835,131 +850,60 @@ func (pl *GPUFit) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 // plugin reads.
 func (pl *GPUFit) bindAnnotations(rs *reserveState, node string) map[string]string {
 	a := map[string]string{gpu.AnnotationAssignment: gpu.NewAssignment(node, rs.choice).String()}
-	if rs.hami != nil {
-		for k, v := range hami.BindAnnotations(node, rs.hami, time.Now()) {
+	if rs.delivery != nil {
+		for k, v := range rs.delivery.Annotations(time.Now()) {
 			a[k] = v
 		}
 	}
 	return a
 }
 
-// lockNode takes the node's HAMi lock for the pod, waiting up to
-// hami.lockWaitSeconds while another pod's bind holds it: the device plugin
-// serves whichever pod holds the lock, so binds on one node go one at a
-// time. A stale lock (older than hami.nodeLockExpirySeconds, or whose pod is
-// gone) is taken over.
-func (pl *GPUFit) lockNode(ctx context.Context, pod *v1.Pod, node string, rs *reserveState) *fwk.Status {
-	client := pl.handle.ClientSet()
-	if client == nil {
-		return fwk.AsStatus(fmt.Errorf("no client to lock node %s", node))
-	}
-	expiry := time.Duration(pl.args.HAMi.NodeLockExpirySeconds) * time.Second
-	deadline := time.Now().Add(time.Duration(pl.args.HAMi.LockWaitSeconds) * time.Second)
-	// A holder that is gone, has ended or is being deleted never reaches
-	// the device plugin (the kubelet rejected it before Allocate, say).
-	gone := func(ctx context.Context, ns, name string) (bool, error) {
-		p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		// Ended, bound to another node, or deleted before it was bound
-		// here. (A pod bound here and being deleted may still be in the
-		// middle of its admission: it keeps the lock.)
-		return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed ||
-			(p.Spec.NodeName != "" && p.Spec.NodeName != node) || (p.DeletionTimestamp != nil && p.Spec.NodeName == ""), nil
-	}
-	wrote := func(v string) { rs.lock.Store(&v) }
-	for {
-		// Before the attempt, so that a release right after it wakes us.
-		changed := lockWait(node)
-		v, err := hami.LockNode(ctx, client, node, pod.Namespace, pod.Name, time.Now(), expiry, gone, wrote)
-		if err == nil {
-			rs.lock.Store(&v)
-			return nil
-		}
-		var locked *hami.ErrLocked
-		if !errors.As(err, &locked) {
-			return fwk.AsStatus(fmt.Errorf("taking %s on node %s: %w", hami.AnnotationNodeLock, node, err))
-		}
-		if time.Now().After(deadline) {
+// hold takes the node agent's hold for the bind (HAMi: the node's lock,
+// waiting up to hami.lockWaitSeconds while another pod's bind holds it),
+// checks the devices chosen against what the agent's other clients placed
+// meanwhile, and checks the hold is still this bind's: the device plugin
+// serves whichever pod holds it.
+func (pl *GPUFit) hold(ctx context.Context, pod *v1.Pod, node string, rs *reserveState) *fwk.Status {
+	d := rs.delivery
+	if err := d.Hold(ctx); err != nil {
+		if agent.IsBusy(err) {
 			return fwk.NewStatus(fwk.Unschedulable, ErrReasonNodeLocked+": "+err.Error())
 		}
-		klog.FromContext(ctx).V(4).Info("waiting for the node's lock", "pod", klog.KObj(pod), "node", node, "holder", locked.Holder)
-		select {
-		case <-ctx.Done():
-			return fwk.AsStatus(ctx.Err())
-		case <-changed:
-		case <-time.After(lockPoll):
-		}
+		return fwk.AsStatus(err)
 	}
+	if st := pl.recheck(ctx, pod, node, rs); st != nil {
+		return st
+	}
+	if err := d.Verify(ctx); err != nil {
+		return fwk.AsStatus(err)
+	}
+	return nil
 }
 
-// lockPoll is how often a bind waiting for a node's lock tries again when
-// no change of the lock is seen (a stale lock expires without one).
-const lockPoll = time.Second
-
-// lockWaiters wakes the binds waiting for a node's lock when the node
-// informer sees the lock change: the device plugin releases it once it has
-// served the pod, and the next bind should go at once.
-var lockWaiters struct {
-	sync.Mutex
-	m map[string]chan struct{}
-}
-
-func lockWait(node string) <-chan struct{} {
-	lockWaiters.Lock()
-	defer lockWaiters.Unlock()
-	if lockWaiters.m == nil {
-		lockWaiters.m = map[string]chan struct{}{}
-	}
-	ch := lockWaiters.m[node]
-	if ch == nil {
-		ch = make(chan struct{})
-		lockWaiters.m[node] = ch
-	}
-	return ch
-}
-
-func lockChanged(node string) {
-	lockWaiters.Lock()
-	defer lockWaiters.Unlock()
-	if ch := lockWaiters.m[node]; ch != nil {
-		close(ch)
-		delete(lockWaiters.m, node)
-	}
-}
-
-// unlockNode releases the node's lock if it is still this hold.
-func (pl *GPUFit) unlockNode(pod *v1.Pod, node, lock string) {
-	client := pl.handle.ClientSet()
-	if client == nil {
-		return
-	}
+// release gives back a hold whose bind did not land.
+func (pl *GPUFit) release(pod *v1.Pod, node string, d agent.Delivery) {
 	ctx, cancel := context.WithTimeout(pl.ctx, 10*time.Second)
 	defer cancel()
-	if err := hami.ReleaseNodeLock(ctx, client, node, lock); err != nil {
-		klog.FromContext(pl.ctx).Info("could not release the node's lock; it expires", "pod", klog.KObj(pod), "node", node, "err", err)
+	if err := d.Release(ctx); err != nil {
+		klog.FromContext(pl.ctx).Info("could not release the node agent's hold; it expires", "pod", klog.KObj(pod), "node", node, "err", err)
 	}
 }
 
-// recheck runs once the node's lock is held: HAMi's scheduler writes its
+// recheck runs once the agent's hold is taken: HAMi's scheduler writes its
 // device choice on a pod (and labels it) before it takes the lock to bind
 // it, so a choice made from the informer's view can have been overtaken.
-// The pods labelled for the node are read from the API server and added to
-// the informer's view for this check only (the informer catches up on its
-// own): bound ones as pods of the node, unbound ones by their record. The
-// devices chosen must still take the share.
+// The pods the agent names (Others) are read from the API server and added
+// to the informer's view for this check only (the informer catches up on
+// its own): bound ones as pods of the node, unbound ones by their record.
+// The devices chosen must still take the share.
 func (pl *GPUFit) recheck(ctx context.Context, pod *v1.Pod, node string, rs *reserveState) *fwk.Status {
-	client, f := pl.handle.ClientSet(), pl.handle.SharedInformerFactory()
-	if client == nil || f == nil {
+	f := pl.handle.SharedInformerFactory()
+	if f == nil {
 		return nil
 	}
-	list, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: hami.AnnotationVGPUNode + "=" + node})
+	others, err := rs.delivery.Others(ctx)
 	if err != nil {
-		return fwk.AsStatus(fmt.Errorf("reading the pods HAMi placed on %s: %w", node, err))
+		return fwk.AsStatus(err)
 	}
 	n, err := f.Core().V1().Nodes().Lister().Get(node)
 	if err != nil {
@@ -975,8 +919,8 @@ func (pl *GPUFit) recheck(ctx context.Context, pod *v1.Pod, node string, rs *res
 		known[p.UID] = i
 	}
 	var inFlight []*v1.Pod
-	for i := range list.Items {
-		p := &list.Items[i]
+	for i := range others {
+		p := &others[i]
 		if p.UID == pod.UID || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed || p.DeletionTimestamp != nil {
 			continue
 		}

@@ -69,7 +69,7 @@ func TestDelivery(t *testing.T) {
 	}
 }
 
-// On a HAMi node, PreBind takes the node's lock and the binding carries the
+// On a HAMi node, Bind takes the node's lock and the binding carries the
 // device plugin's annotations with the devices reserved; a choice another
 // scheduler took meanwhile (its pod labelled for the node, not yet in the
 // informer) fails the bind, and Unreserve releases the lock.
@@ -97,18 +97,16 @@ func TestHAMiBind(t *testing.T) {
 		if s := e.pl.Reserve(tCtx, cs, pod, "hami"); !s.IsSuccess() {
 			t.Fatal(s)
 		}
-		if _, s := e.pl.PreBindPreFlight(tCtx, cs, pod, "hami"); !s.IsSuccess() {
-			t.Fatalf("PreBind must run on a HAMi node: %v", s)
+		// The lock is taken in Bind, after every PreBind: none here.
+		if _, s := e.pl.PreBindPreFlight(tCtx, cs, pod, "hami"); !s.IsSkip() {
+			t.Fatalf("PreBindPreFlight: %v, want Skip (the lock is taken in Bind)", s)
 		}
-		if s := e.pl.PreBind(tCtx, cs, pod, "hami"); !s.IsSuccess() {
+		if s := e.pl.Bind(tCtx, cs, pod, "hami"); !s.IsSuccess() {
 			e.pl.Unreserve(tCtx, cs, pod, "hami")
 			return nil, false
 		}
 		if !strings.HasSuffix(lock(), ",default,"+pod.Name) {
 			t.Fatalf("lock %q", lock())
-		}
-		if s := e.pl.Bind(tCtx, cs, pod, "hami"); !s.IsSuccess() {
-			t.Fatal(s)
 		}
 		for _, a := range e.client.Actions() {
 			if c, ok := a.(clienttesting.CreateAction); ok {
@@ -176,6 +174,11 @@ func TestHAMiPreBindMode(t *testing.T) {
 	if s := e.pl.Reserve(tCtx, cs, pod, "hami"); !s.IsSuccess() {
 		t.Fatal(s)
 	}
+	// After VolumeBinding and DynamicResources, never beside them: the
+	// lock must not wait out their binds.
+	if r, s := e.pl.PreBindPreFlight(tCtx, cs, pod, "hami"); !s.IsSuccess() || r.AllowParallel {
+		t.Fatalf("PreBindPreFlight: %v %+v, want sequential", s, r)
+	}
 	if s := e.pl.PreBind(tCtx, cs, pod, "hami"); !s.IsSuccess() {
 		t.Fatal(s)
 	}
@@ -189,32 +192,5 @@ func TestHAMiPreBindMode(t *testing.T) {
 	}
 	if s := e.pl.Bind(tCtx, cs, pod, "hami"); !s.IsSkip() {
 		t.Errorf("Bind: %v, want Skip (the default binder binds)", s)
-	}
-}
-
-// A bind waiting for a node's lock is woken by a change of that node's lock,
-// not of another's, and a wake-up is never lost between the attempt and
-// the wait.
-func TestLockWait(t *testing.T) {
-	a, b := lockWait("node-a"), lockWait("node-b")
-	lockChanged("node-b")
-	select {
-	case <-a:
-		t.Fatal("woken by another node's lock")
-	case <-b:
-	}
-	lockChanged("node-a")
-	select {
-	case <-a:
-	case <-time.After(time.Second):
-		t.Fatal("not woken")
-	}
-	// Taken before the attempt: a change in between still wakes it.
-	c := lockWait("node-a")
-	lockChanged("node-a")
-	select {
-	case <-c:
-	default:
-		t.Fatal("a change after the attempt was lost")
 	}
 }

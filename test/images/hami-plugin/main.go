@@ -100,40 +100,49 @@ func main() {
 		want["nvidia.com/gpu.count"] = strconv.Itoa(*n)
 		want["nvidia.com/gpu.present"] = "true"
 	}
+	// GFD's labels come from GFD, not from the plugin: at once. The
+	// registration after -register-delay (HAMi's plugin registers with the
+	// kubelet first, then writes it).
+	go keep(ctx, client, node, nil, want)
 	go func() {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(*delay):
 		}
-		keepRegistered(ctx, client, node, fakehami.Register(devs), want)
+		keep(ctx, client, node, map[string]string{annotationRegister: fakehami.Register(devs)}, nil)
 	}()
 	if err := p.Run(ctx); err != nil {
 		klog.Fatal(err)
 	}
 }
 
-// keepRegistered writes the registration annotation (and the labels), and
-// again every 30 s if it changed, as the plugin's rescan does.
-func keepRegistered(ctx context.Context, client kubernetes.Interface, node, register string, labels map[string]string) {
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-		"annotations": map[string]string{annotationRegister: register}, "labels": labels}})
+// keep writes the annotations and labels on the node, and again every
+// 30 s if they changed, as the plugin's rescan (and GFD) do.
+func keep(ctx context.Context, client kubernetes.Interface, node string, annotations, labels map[string]string) {
+	if len(annotations)+len(labels) == 0 {
+		return
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations, "labels": labels}})
 	for {
 		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err == nil {
-			same := n.Annotations[annotationRegister] == register
+			same := true
+			for k, v := range annotations {
+				same = same && n.Annotations[k] == v
+			}
 			for k, v := range labels {
 				same = same && n.Labels[k] == v
 			}
 			if !same {
 				_, err = client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
 				if err == nil {
-					klog.InfoS("Registered the node's devices", "node", node)
+					klog.InfoS("Wrote the node's registration or labels", "node", node, "annotations", len(annotations), "labels", len(labels))
 				}
 			}
 		}
 		if err != nil {
-			klog.ErrorS(err, "Writing the registration", "node", node)
+			klog.ErrorS(err, "Writing the node's registration or labels", "node", node)
 		}
 		select {
 		case <-ctx.Done():

@@ -71,8 +71,8 @@ func main() {
 	p.SetDevices(ds)
 	if *labels {
 		go keepLabels(ctx, node, map[string]string{
-			gpu.LabelGPUProduct:       *model,
-			gpu.LabelGPUMemory:        strconv.Itoa(*memory),
+			gpu.LabelGPUProduct:      *model,
+			gpu.LabelGPUMemory:       strconv.Itoa(*memory),
 			"nvidia.com/gpu.count":   strconv.Itoa(*n),
 			"nvidia.com/gpu.present": "true",
 		})

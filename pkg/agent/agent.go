@@ -1,0 +1,63 @@
+// Package agent is the scheduler's side of the node agents that deliver the
+// devices it chooses: HAMi's device plugin (pkg/agent/hami) today, a DRA
+// driver next. An agent reports a node's devices and reads its own request
+// dialect (gpu.Agent, in the domain package, which knows nothing of where an
+// inventory comes from); here is what a bind through it takes. The plugins
+// hold a Delivery per pod and call it in this order: Hold, Others (the
+// caller checks its choice against them), Verify, then the binding with
+// Annotations; Release whenever the bind did not land.
+package agent
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+)
+
+// Binder plans the deliveries of one agent.
+type Binder interface {
+	// Plan is the delivery of the chosen devices (in the node's device
+	// order) to the pod, each taking share.
+	Plan(pod *v1.Pod, node string, devs []gpu.Device, share gpu.DeviceShare) (Delivery, error)
+}
+
+// Delivery is one pod's bind through the agent.
+type Delivery interface {
+	// Hold takes what makes the agent serve this pod and no other while
+	// it binds (HAMi: the node's lock), waiting while another bind holds
+	// it. It gives an ErrBusy when the wait runs out.
+	Hold(ctx context.Context) error
+	// Others reads from the API server the pods the agent's other
+	// clients placed on the node and may not be in the informer yet.
+	Others(ctx context.Context) ([]v1.Pod, error)
+	// Verify checks, just before the binding, that the hold is still
+	// this bind's: a hold that expired or was taken over would have the
+	// agent serve another pod's devices to this one.
+	Verify(ctx context.Context) error
+	// Annotations are what the agent reads, written with the binding.
+	Annotations(now time.Time) map[string]string
+	// Labels are what the agent's ecosystem reads from the pod's labels
+	// (written only where the scheduler may patch pods).
+	Labels() map[string]string
+	// Release gives the hold back after a bind that did not land. It is
+	// idempotent, and never releases a later hold of the same pod.
+	Release(ctx context.Context) error
+	// Held reports whether Hold has (or may have) taken the hold.
+	Held() bool
+}
+
+// ErrBusy is a hold another bind has kept for as long as a bind waits.
+type ErrBusy struct{ Err error }
+
+func (e *ErrBusy) Error() string { return e.Err.Error() }
+func (e *ErrBusy) Unwrap() error { return e.Err }
+
+// IsBusy reports whether err is an ErrBusy.
+func IsBusy(err error) bool {
+	var b *ErrBusy
+	return errors.As(err, &b)
+}

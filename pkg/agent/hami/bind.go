@@ -1,0 +1,217 @@
+package hami
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+)
+
+// Binder is HAMi's device plugin's side of a bind: the plugin serves
+// whichever pod holds the node's lock (hami-protocol.md §3, §4), so a bind
+// takes the lock, checks its choice against what HAMi's scheduler placed
+// meanwhile, checks the lock is still its own, and writes the device list
+// with the binding; the plugin releases the lock once it has served the
+// pod, the scheduler if the bind did not land.
+type Binder struct {
+	Client kubernetes.Interface
+	// Expiry is HAMi's NodeLockTimeout: an older lock is anyone's.
+	Expiry time.Duration
+	// Wait is how long a bind waits for another bind's lock.
+	Wait time.Duration
+	// Poll is how often a waiting bind tries again without seeing the
+	// lock change (a stale lock expires without an event).
+	Poll time.Duration
+	// Now is the clock (tests).
+	Now func() time.Time
+}
+
+var _ agent.Binder = &Binder{}
+
+// Plan implements agent.Binder: the pod's device list for the plugin.
+func (b *Binder) Plan(pod *v1.Pod, node string, devs []gpu.Device, share gpu.DeviceShare) (agent.Delivery, error) {
+	pd, err := Allocation(pod, devs, share)
+	if err != nil {
+		return nil, err
+	}
+	return &Delivery{b: b, pod: pod, node: node, Devices: pd}, nil
+}
+
+func (b *Binder) now() time.Time {
+	if b.Now != nil {
+		return b.Now()
+	}
+	return time.Now()
+}
+
+// Delivery is one pod's bind on a HAMi node.
+type Delivery struct {
+	b    *Binder
+	pod  *v1.Pod
+	node string
+	// Devices is the device list the plugin reads.
+	Devices PodDevices
+	// lock is the lock's value once Hold has written it (set before the
+	// write, so that a write whose answer is lost is released too).
+	lock atomic.Pointer[string]
+}
+
+var _ agent.Delivery = &Delivery{}
+
+// Lock is the lock's value this delivery wrote, or "".
+func (d *Delivery) Lock() string {
+	if v := d.lock.Load(); v != nil {
+		return *v
+	}
+	return ""
+}
+
+// Held implements agent.Delivery.
+func (d *Delivery) Held() bool { return d.Lock() != "" }
+
+// Hold implements agent.Delivery: it takes the node's lock, waiting up to
+// Wait while another pod's bind holds it. A stale lock (older than Expiry,
+// or whose pod is gone, has ended, is bound elsewhere or was deleted before
+// it was bound here) is taken over.
+func (d *Delivery) Hold(ctx context.Context) error {
+	deadline := d.b.now().Add(d.b.Wait)
+	wrote := func(v string) { d.lock.Store(&v) }
+	for {
+		// Before the attempt, so that a release right after it wakes us.
+		changed := lockWait(d.node)
+		v, err := LockNode(ctx, d.b.Client, d.node, d.pod.Namespace, d.pod.Name, d.b.now(), d.b.Expiry, d.holderGone, wrote)
+		if err == nil {
+			d.lock.Store(&v)
+			return nil
+		}
+		var locked *ErrLocked
+		if !errors.As(err, &locked) {
+			return fmt.Errorf("taking %s on node %s: %w", AnnotationNodeLock, d.node, err)
+		}
+		if d.b.now().After(deadline) {
+			return &agent.ErrBusy{Err: err}
+		}
+		poll := d.b.Poll
+		if poll <= 0 {
+			poll = time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		case <-time.After(poll):
+		}
+	}
+}
+
+// holderGone: a holder that is gone, has ended or is being deleted never
+// reaches the device plugin (the kubelet rejected it before Allocate, say).
+// Bound to another node, or deleted before it was bound here, likewise. A
+// pod bound here and being deleted may still be in its admission: it keeps
+// the lock.
+func (d *Delivery) holderGone(ctx context.Context, ns, name string) (bool, error) {
+	p, err := d.b.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed ||
+		(p.Spec.NodeName != "" && p.Spec.NodeName != d.node) || (p.DeletionTimestamp != nil && p.Spec.NodeName == ""), nil
+}
+
+// Others implements agent.Delivery: HAMi's scheduler labels a pod for the
+// node when it chooses its devices, before it takes the lock to bind it.
+// A node name longer than a label value can be was never labelled (HAMi's
+// own patch fails there): the pods bound to it are read instead.
+func (d *Delivery) Others(ctx context.Context) ([]v1.Pod, error) {
+	opts := metav1.ListOptions{LabelSelector: AnnotationVGPUNode + "=" + d.node}
+	if len(validation.IsValidLabelValue(d.node)) > 0 {
+		opts = metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", d.node).String()}
+	}
+	list, err := d.b.Client.CoreV1().Pods("").List(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("reading the pods HAMi placed on %s: %w", d.node, err)
+	}
+	return list.Items, nil
+}
+
+// Verify implements agent.Delivery: the node's lock is still this hold.
+func (d *Delivery) Verify(ctx context.Context) error {
+	n, err := d.b.Client.CoreV1().Nodes().Get(ctx, d.node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading node %s to check its %s: %w", d.node, AnnotationNodeLock, err)
+	}
+	if got, want := n.Annotations[AnnotationNodeLock], d.Lock(); got != want {
+		return fmt.Errorf("node %s: %s is %q, no longer this bind's %q", d.node, AnnotationNodeLock, got, want)
+	}
+	return nil
+}
+
+// Annotations implements agent.Delivery.
+func (d *Delivery) Annotations(now time.Time) map[string]string {
+	return BindAnnotations(d.node, d.Devices, now)
+}
+
+// Labels implements agent.Delivery: HAMi's monitor finds its containers by
+// this label. It needs the right to patch pods, which the shipped RBAC does
+// not grant (the binding carries annotations only).
+func (d *Delivery) Labels() map[string]string {
+	if len(validation.IsValidLabelValue(d.node)) > 0 {
+		return nil
+	}
+	return map[string]string{AnnotationVGPUNode: d.node}
+}
+
+// Release implements agent.Delivery.
+func (d *Delivery) Release(ctx context.Context) error {
+	v := d.Lock()
+	if v == "" {
+		return nil
+	}
+	return ReleaseNodeLock(ctx, d.b.Client, d.node, v)
+}
+
+// NodeLockChanged wakes the binds waiting for the node's lock: the node
+// informer saw it change (the device plugin releases it once it has served
+// a pod, and the next bind should go at once).
+func NodeLockChanged(node string) {
+	lockWaiters.Lock()
+	defer lockWaiters.Unlock()
+	if ch := lockWaiters.m[node]; ch != nil {
+		close(ch)
+		delete(lockWaiters.m, node)
+	}
+}
+
+var lockWaiters struct {
+	sync.Mutex
+	m map[string]chan struct{}
+}
+
+func lockWait(node string) <-chan struct{} {
+	lockWaiters.Lock()
+	defer lockWaiters.Unlock()
+	if lockWaiters.m == nil {
+		lockWaiters.m = map[string]chan struct{}{}
+	}
+	ch := lockWaiters.m[node]
+	if ch == nil {
+		ch = make(chan struct{})
+		lockWaiters.m[node] = ch
+	}
+	return ch
+}
