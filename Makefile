@@ -16,7 +16,7 @@ PKGS := ./...
 # Static binaries everywhere: the images are FROM scratch, and one build cache
 # serves the host's binaries, the images' and the tests (only -race needs cgo).
 export CGO_ENABLED := 0
-UNIT_PKGS = $$($(GO) list ./... | grep -v /test/)
+UNIT_PKGS = $$($(GO) list ./... | grep -vE '/test/(e2e|integration|bench)')
 
 .PHONY: all build binaries run test unit integration e2e e2e-kind image lint dist bench bench-requeue bench-openb bench-dynamic bench-throughput bench-churn fuzz manifests clean help
 

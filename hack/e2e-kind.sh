@@ -79,12 +79,14 @@ phase "device plugins"
 $KUBECTL apply -f hack/kind/manifests/device-plugins.yaml >/dev/null
 $KUBECTL -n kube-system rollout status daemonset/nvidia-device-plugin --timeout=180s
 $KUBECTL -n kube-system rollout status daemonset/hami-device-plugin --timeout=180s
+ready=
 for _ in $(seq 1 120); do
   gpus=$($KUBECTL get nodes -l gpu-scheduler.io/e2e-agent -o jsonpath='{range .items[*]}{.status.allocatable.nvidia\.com/gpu}{" "}{end}')
   registered=$($KUBECTL get nodes -l gpu-scheduler.io/e2e-agent=hami -o jsonpath='{.items[*].metadata.annotations.hami\.io/node-nvidia-register}')
-  [ "$(echo $gpus | wc -w)" = 2 ] && [ -n "$registered" ] && break
+  if [ "$(echo $gpus | wc -w)" = 2 ] && [ -n "$registered" ]; then ready=1; break; fi
   sleep 1
 done
+[ -n "$ready" ] || { echo "e2e-kind: the device plugins did not register (nvidia.com/gpu allocatable: '$gpus')" >&2; exit 1; }
 phase "GPUs allocatable per worker: $gpus"
 
 phase "installing gpu-scheduler with helm"

@@ -52,28 +52,34 @@ func (m *Monitor) handshake(p *v1.Pod, reason, note string) {
 	}
 }
 
-// ReleaseEndedLocks has the leader release a node's HAMi lock whose holder
-// has ended or is gone (hami.ReleaseEnded), each time it judges the node:
-// after the holder's own change, and at every resync.
-func (m *Monitor) ReleaseEndedLocks(client kubernetes.Interface) {
+// ReleaseStaleLocks has the leader release a node's HAMi lock whose holder
+// will never be served (hami.StaleHolder: ended, gone, bound elsewhere, or
+// an unbound pod of ours whose bind was abandoned, inFlight after the lock
+// was taken), each time it judges the node: after the holder's own change,
+// and at every resync. Nobody else releases such a lock: HAMi's scheduler
+// waits out its expiry.
+func (m *Monitor) ReleaseStaleLocks(client kubernetes.Interface, abandoned func(*v1.Pod) bool, inFlight time.Duration) {
+	m.staleLock = func(p *v1.Pod, node string, since time.Time) bool {
+		return hami.StaleHolder(p, node, since, time.Now(), abandoned, inFlight)
+	}
 	m.releaseLock = func(ctx context.Context, node, value string) (bool, error) {
-		return hami.ReleaseEnded(ctx, client, node, value)
+		return hami.ReleaseStale(ctx, client, node, value, func(p *v1.Pod, since time.Time) bool { return m.staleLock(p, node, since) })
 	}
 }
 
 // checkLock releases the node's lock if the informer shows its holder
-// ended or gone (the API server has the last word, in hami.ReleaseEnded).
+// stale or gone (the API server has the last word, in hami.ReleaseStale).
 func (m *Monitor) checkLock(ctx context.Context, node *v1.Node) {
 	v, ok := node.Annotations[hami.AnnotationNodeLock]
 	if !ok || m.releaseLock == nil || m.pods == nil {
 		return
 	}
-	_, ns, name, err := hami.ParseNodeLock(v)
+	since, ns, name, err := hami.ParseNodeLock(v)
 	if err != nil || name == "" {
 		return
 	}
 	if obj, exists, _ := m.pods.GetIndexer().GetByKey(ns + "/" + name); exists {
-		if p, ok := obj.(*v1.Pod); ok && p.Status.Phase != v1.PodFailed && p.Status.Phase != v1.PodSucceeded {
+		if p, ok := obj.(*v1.Pod); ok && !m.staleLock(p, node.Name, since) {
 			return
 		}
 	}

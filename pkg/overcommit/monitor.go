@@ -77,9 +77,10 @@ type Monitor struct {
 	src   Source
 	nodes cache.SharedIndexInformer
 	pods  cache.SharedIndexInformer
-	// releaseLock releases a node's HAMi lock whose holder has ended (nil:
-	// not configured).
+	// releaseLock releases a node's HAMi lock whose holder will never be
+	// served, as staleLock judges it (nil: not configured).
 	releaseLock func(ctx context.Context, node, value string) (bool, error)
+	staleLock   func(p *v1.Pod, node string, since time.Time) bool
 	recorder    events.EventRecorder
 	// active reports whether this process schedules (the leader): only the
 	// leader writes Events and logs; every replica keeps the gauges.

@@ -274,28 +274,33 @@ func TestMonitorIgnoresLabelChurn(t *testing.T) {
 func TestMonitorReleasesEndedLocks(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	for _, tc := range []struct {
-		name    string
-		phase   v1.PodPhase
-		gone    bool
-		active  bool
-		release bool
+		name      string
+		phase     v1.PodPhase
+		gone      bool
+		active    bool
+		abandoned bool // unbound, ours, and nobody binds it: its bind died
+		release   bool
 	}{
-		{"failed holder", v1.PodFailed, false, true, true},
-		{"holder gone", "", true, true, true},
-		{"holder still binding", v1.PodPending, false, true, false},
-		{"holder running", v1.PodRunning, false, true, false},
-		{"standby", v1.PodFailed, false, false, false},
+		{"failed holder", v1.PodFailed, false, true, false, true},
+		{"holder gone", "", true, true, false, true},
+		{"holder still binding", v1.PodPending, false, true, false, false},
+		{"holder running", v1.PodRunning, false, true, false, false},
+		{"standby", v1.PodFailed, false, false, false, false},
+		{"abandoned bind", v1.PodPending, false, true, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, pods, nodes, _ := newMonitor(t, func() bool { return tc.active })
-			lock := hami.NodeLockValue(time.Now(), "ns", "holder")
+			lock := hami.NodeLockValue(time.Now().Add(-2*time.Minute), "ns", "holder")
 			n := gpuNode("n1", 40)
 			n.Annotations = map[string]string{hami.AnnotationNodeLock: lock}
 			client := fake.NewClientset(n)
-			m.ReleaseEndedLocks(client)
+			m.ReleaseStaleLocks(client, func(*v1.Pod) bool { return tc.abandoned }, time.Minute)
 			nodes.GetStore().Add(n)
 			if !tc.gone {
 				p := gputest.BoundPod("ns", "holder", "n1", "")
+				if tc.abandoned {
+					p.Spec.NodeName = ""
+				}
 				p.Annotations = map[string]string{hami.AnnotationVGPUNode: "n1", hami.AnnotationBindPhase: hami.BindAllocating,
 					hami.AnnotationBindTime: strconv.FormatInt(time.Now().Unix(), 10)}
 				p.Status.Phase = tc.phase

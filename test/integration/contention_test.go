@@ -129,7 +129,7 @@ func (c *contender) place(name string, mem, cores int32) {
 	c.mu.Unlock()
 	// Bind: HAMi releases another holder's lock only when its pod is not
 	// found, or once it expired.
-	gone := func(ctx context.Context, ns, n string) (bool, error) {
+	gone := func(ctx context.Context, ns, n string, _ time.Time) (bool, error) {
 		_, err := client.CoreV1().Pods(ns).Get(ctx, n, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	}

@@ -201,8 +201,8 @@ func TestNodeLock(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}})
 	now := time.Date(2026, 8, 21, 10, 15, 30, 0, time.UTC)
-	alive := func(context.Context, string, string) (bool, error) { return false, nil }
-	gone := func(context.Context, string, string) (bool, error) { return true, nil }
+	alive := func(context.Context, string, string, time.Time) (bool, error) { return false, nil }
+	gone := func(context.Context, string, string, time.Time) (bool, error) { return true, nil }
 	lock := func() string {
 		n, _ := client.CoreV1().Nodes().Get(ctx, "n", metav1.GetOptions{})
 		return n.Annotations[AnnotationNodeLock]

@@ -36,6 +36,14 @@ type Binder struct {
 	Poll time.Duration
 	// Now is the clock (tests).
 	Now func() time.Time
+	// Abandoned reports whether a pod is one of the scheduler's own that
+	// it is not binding now: a lock such a pod holds, unbound, was taken by
+	// a bind that will not finish (the scheduler that took it died, its
+	// standby took over). Once InFlight has passed since the lock was taken
+	// (a Binding sent before the death could still land until then), it
+	// is taken over, instead of blocking the node until Expiry.
+	Abandoned func(*v1.Pod) bool
+	InFlight  time.Duration
 }
 
 var _ agent.Binder = &Binder{}
@@ -87,6 +95,15 @@ func (d *Delivery) Held() bool { return d.Lock() != "" }
 // it was bound here) is taken over.
 func (d *Delivery) Hold(ctx context.Context) error {
 	deadline := d.b.now().Add(d.b.Wait)
+	// One bind of this process at a time waits for the node's lock: many
+	// would each read the node and the holder on every change and poll,
+	// and race for it when it is released, a herd that slowed a node's
+	// binds threefold with 40 of them waiting (docs/benchmarks.md, kind).
+	release, err := acquireTurn(ctx, d.node, d.b.Wait)
+	if err != nil {
+		return err
+	}
+	defer release()
 	wrote := func(v string) { d.lock.Store(&v) }
 	for {
 		// Before the attempt, so that a release right after it wakes us.
@@ -121,7 +138,7 @@ func (d *Delivery) Hold(ctx context.Context) error {
 // Bound to another node, or deleted before it was bound here, likewise. A
 // pod bound here and being deleted may still be in its admission: it keeps
 // the lock.
-func (d *Delivery) holderGone(ctx context.Context, ns, name string) (bool, error) {
+func (d *Delivery) holderGone(ctx context.Context, ns, name string, since time.Time) (bool, error) {
 	p, err := d.b.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return true, nil
@@ -129,8 +146,23 @@ func (d *Delivery) holderGone(ctx context.Context, ns, name string) (bool, error
 	if err != nil {
 		return false, err
 	}
-	return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed ||
-		(p.Spec.NodeName != "" && p.Spec.NodeName != d.node) || (p.DeletionTimestamp != nil && p.Spec.NodeName == ""), nil
+	return StaleHolder(p, d.node, since, d.b.now(), d.b.Abandoned, d.b.InFlight), nil
+}
+
+// StaleHolder reports whether a lock on node, taken at since for pod p,
+// will never be served: p has ended, is bound to another node, was deleted
+// before it was bound here, or (with abandoned) is an unbound pod of the
+// scheduler's own whose bind was abandoned at least inFlight ago.
+func StaleHolder(p *v1.Pod, node string, since, now time.Time, abandoned func(*v1.Pod) bool, inFlight time.Duration) bool {
+	switch {
+	case p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed:
+		return true
+	case p.Spec.NodeName != "":
+		return p.Spec.NodeName != node
+	case p.DeletionTimestamp != nil:
+		return true
+	}
+	return abandoned != nil && now.Sub(since) > inFlight && abandoned(p)
 }
 
 // Others implements agent.Delivery: HAMi's scheduler labels a pod for the
@@ -194,6 +226,36 @@ func NodeLockChanged(node string) {
 	if ch := lockWaiters.m[node]; ch != nil {
 		close(ch)
 		delete(lockWaiters.m, node)
+	}
+}
+
+// turns are the per-node turns to wait for a node's lock in this process.
+var turns struct {
+	sync.Mutex
+	m map[string]chan struct{}
+}
+
+// acquireTurn waits up to wait for the node's turn.
+func acquireTurn(ctx context.Context, node string, wait time.Duration) (func(), error) {
+	turns.Lock()
+	if turns.m == nil {
+		turns.m = map[string]chan struct{}{}
+	}
+	ch := turns.m[node]
+	if ch == nil {
+		ch = make(chan struct{}, 1)
+		turns.m[node] = ch
+	}
+	turns.Unlock()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.C:
+		return nil, &agent.ErrBusy{Err: fmt.Errorf("node %s: another bind of this scheduler waited for its %s for %s", node, AnnotationNodeLock, wait)}
 	}
 }
 

@@ -2,6 +2,7 @@ package hami
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -82,25 +83,35 @@ func TestDeliveryHold(t *testing.T) {
 // at once.
 func TestDeliveryHoldWaits(t *testing.T) {
 	ctx := context.Background()
+	abandoned := func(p *v1.Pod) bool { return p.Labels["bind"] == "abandoned" }
+	mine := bindPod("h", "", v1.PodPending)
+	mine.Labels = map[string]string{"bind": "abandoned"}
 	for _, tc := range []struct {
 		name   string
 		holder *v1.Pod
+		age    time.Duration
 		busy   bool
 	}{
-		{"binding here", bindPod("h", "n", v1.PodPending), true},
-		{"unbound", bindPod("h", "", v1.PodPending), true},
-		{"failed", bindPod("h", "n", v1.PodFailed), false},
-		{"bound elsewhere", bindPod("h", "m", v1.PodRunning), false},
-		{"gone", nil, false},
+		{"binding here", bindPod("h", "n", v1.PodPending), 0, true},
+		{"unbound", bindPod("h", "", v1.PodPending), 0, true},
+		{"unbound, long ago", bindPod("h", "", v1.PodPending), 2 * time.Minute, true},
+		{"failed", bindPod("h", "n", v1.PodFailed), 0, false},
+		{"bound elsewhere", bindPod("h", "m", v1.PodRunning), 0, false},
+		{"gone", nil, 0, false},
+		// Ours, and nobody binds it now: its scheduler died holding the
+		// lock. Taken over once a Binding sent before could land no more.
+		{"abandoned", mine, 2 * time.Minute, false},
+		{"abandoned a moment ago", mine, 10 * time.Second, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{AnnotationNodeLock: NodeLockValue(time.Now(), "ns", "h")}}}
+			node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{AnnotationNodeLock: NodeLockValue(time.Now().Add(-tc.age), "ns", "h")}}}
 			objs := []runtime.Object{node}
 			if tc.holder != nil {
 				objs = append(objs, tc.holder)
 			}
 			client := fake.NewClientset(objs...)
-			b := &Binder{Client: client, Expiry: NodeLockTimeout, Wait: 100 * time.Millisecond, Poll: 10 * time.Millisecond}
+			b := &Binder{Client: client, Expiry: NodeLockTimeout, Wait: 100 * time.Millisecond, Poll: 10 * time.Millisecond,
+				Abandoned: abandoned, InFlight: time.Minute}
 			d := plan(t, b, bindPod("a", "", v1.PodPending), "n")
 			start := time.Now()
 			err := d.Hold(ctx)
@@ -198,5 +209,36 @@ func TestDeliveryOthers(t *testing.T) {
 		} else if label != AnnotationVGPUNode+"=n" || field != "" {
 			t.Errorf("label %q, field %q", label, field)
 		}
+	}
+}
+
+// Binds of one process waiting for a node's lock take turns: one of them
+// reads the node while it is held, not all (they would each poll it and
+// race for it at every release).
+func TestDeliveryHoldTakesTurns(t *testing.T) {
+	ctx := context.Background()
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "turns", Annotations: map[string]string{AnnotationNodeLock: NodeLockValue(time.Now(), "ns", "h")}}}
+	client := fake.NewClientset(node, bindPod("h", "turns", v1.PodPending))
+	b := &Binder{Client: client, Expiry: NodeLockTimeout, Wait: 300 * time.Millisecond, Poll: 10 * time.Millisecond}
+	done := make(chan error, 10)
+	for i := 0; i < 10; i++ {
+		d := plan(t, b, bindPod(fmt.Sprintf("p%d", i), "", v1.PodPending), "turns")
+		go func() { done <- d.Hold(ctx) }()
+	}
+	for i := 0; i < 10; i++ {
+		if err := <-done; !agent.IsBusy(err) {
+			t.Fatalf("hold: %v, want busy", err)
+		}
+	}
+	gets := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "get" && a.GetResource().Resource == "nodes" {
+			gets++
+		}
+	}
+	// One waiter polling every 10 ms for 300 ms: about 30 reads; ten
+	// polling together would make about 300.
+	if gets > 60 {
+		t.Errorf("%d reads of the node while 10 binds waited 300 ms for its lock", gets)
 	}
 }

@@ -47,8 +47,9 @@ func (e *ErrLocked) Error() string {
 	return fmt.Sprintf("node %s is locked by %s since %s (HAMi's node lock: one bind at a time)", e.Node, e.Holder, e.Since.Format(time.RFC3339))
 }
 
-// HolderGone reports whether the pod a lock names no longer exists.
-type HolderGone func(ctx context.Context, namespace, name string) (bool, error)
+// HolderGone reports whether the pod a lock names, taken at since, will
+// never be served under it (it no longer exists, say).
+type HolderGone func(ctx context.Context, namespace, name string, since time.Time) (bool, error)
 
 // LockNode takes the node's lock for the pod, as HAMi's LockNode does: a
 // compare-and-swap on the node's resourceVersion. A lock older than expiry,
@@ -76,7 +77,7 @@ func LockNode(ctx context.Context, client kubernetes.Interface, node, namespace,
 			if ns != namespace || nm != name {
 				stale := now.Sub(at) > expiry
 				if !stale && nm != "" {
-					if g, err := gone(ctx, ns, nm); err == nil && g {
+					if g, err := gone(ctx, ns, nm, at); err == nil && g {
 						stale = true
 					}
 				}
@@ -107,13 +108,13 @@ func LockNode(ctx context.Context, client kubernetes.Interface, node, namespace,
 	return "", fmt.Errorf("node %s: %s kept changing while taking it", node, AnnotationNodeLock)
 }
 
-// ReleaseEnded drops the node's lock, if it is still value, when the pod it
-// names has ended or is gone: the kubelet rejected it before the device
-// plugin served it (the plugin was down, say), so nobody else releases the
-// lock, and HAMi's scheduler would wait out its expiry. It reports whether
-// the holder had ended.
-func ReleaseEnded(ctx context.Context, client kubernetes.Interface, node, value string) (bool, error) {
-	_, ns, name, err := ParseNodeLock(value)
+// ReleaseStale drops the node's lock, if it is still value, when the pod it
+// names is gone, or is judged stale: it ended before the device plugin
+// served it (the kubelet rejected it while the plugin was down, say) or its
+// bind was abandoned; nobody else releases such a lock, and HAMi's
+// scheduler would wait out its expiry. It reports whether it did.
+func ReleaseStale(ctx context.Context, client kubernetes.Interface, node, value string, stale func(p *v1.Pod, since time.Time) bool) (bool, error) {
+	since, ns, name, err := ParseNodeLock(value)
 	if err != nil || name == "" {
 		return false, err
 	}
@@ -122,8 +123,7 @@ func ReleaseEnded(ctx context.Context, client kubernetes.Interface, node, value 
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return false, err
-	case p.Status.Phase == v1.PodFailed || p.Status.Phase == v1.PodSucceeded:
-	default:
+	case !stale(p, since):
 		return false, nil
 	}
 	return true, ReleaseNodeLock(ctx, client, node, value)

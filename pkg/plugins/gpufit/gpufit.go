@@ -152,7 +152,8 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	pl.inFlight.Store(int64(bindInFlight))
 	if opts.Agent != nil && h.ClientSet() != nil {
 		pl.binder = &hami.Binder{Client: h.ClientSet(), Expiry: time.Duration(args.HAMi.NodeLockExpirySeconds) * time.Second,
-			Wait: time.Duration(args.HAMi.LockWaitSeconds) * time.Second, Poll: time.Second}
+			Wait: time.Duration(args.HAMi.LockWaitSeconds) * time.Second, Poll: time.Second,
+			Abandoned: pl.abandoned, InFlight: bindInFlight}
 	}
 	if f := h.SharedInformerFactory(); f != nil {
 		pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
@@ -195,7 +196,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 				return nil, err
 			}
 			if opts.Agent != nil && h.ClientSet() != nil {
-				mon.ReleaseEndedLocks(h.ClientSet())
+				mon.ReleaseStaleLocks(h.ClientSet(), pl.abandoned, bindInFlight)
 			}
 			go mon.Run(ctx)
 		}
@@ -229,6 +230,17 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		}
 	}
 	return pl, nil
+}
+
+// abandoned reports whether a pod is one of this profile's that this
+// process is not binding: a node lock it holds was taken by a bind that
+// died with its scheduler (hami.StaleHolder).
+func (pl *GPUFit) abandoned(p *v1.Pod) bool {
+	if p.Spec.SchedulerName != profileName(pl.handle) {
+		return false
+	}
+	_, _, binding := pl.shared.Tracker().Reserved(p.UID)
+	return !binding
 }
 
 // profileName is the scheduler name of the profile the plugin runs in.

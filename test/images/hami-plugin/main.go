@@ -60,6 +60,9 @@ func main() {
 	if err != nil {
 		klog.Fatal(err)
 	}
+	// client-go's default of 5 requests a second would be the bottleneck:
+	// each Allocate makes about seven.
+	cfg.QPS, cfg.Burst = 50, 100
 	client := kubernetes.NewForConfigOrDie(cfg)
 	hami := fakehami.New(client)
 
@@ -67,6 +70,7 @@ func main() {
 	var mu sync.Mutex // HAMi's plugin serves one Allocate at a time
 	p := &deviceplugin.Plugin{Resource: gpu.ResourceNvidiaGPU, Dir: *dir, Socket: "hami-nvidia.sock",
 		Container: func(ctx context.Context, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+			called := time.Now()
 			mu.Lock()
 			defer mu.Unlock()
 			nd, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
@@ -83,7 +87,7 @@ func main() {
 					out.Envs[k] = v
 				}
 			}
-			klog.InfoS("Allocated", "devices", out.Envs["NVIDIA_VISIBLE_DEVICES"], "slots", ids)
+			klog.InfoS("Allocated", "devices", out.Envs["NVIDIA_VISIBLE_DEVICES"], "slots", ids, "called", called.Format(time.RFC3339Nano), "took", time.Since(called))
 			return out, nil
 		}}
 	var ds []*pluginapi.Device
@@ -123,7 +127,16 @@ func keep(ctx context.Context, client kubernetes.Interface, node string, annotat
 	if len(annotations)+len(labels) == 0 {
 		return
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations, "labels": labels}})
+	// Only the keys given: a null map in a merge patch would remove all
+	// of the node's annotations or labels.
+	meta := map[string]any{}
+	if len(annotations) > 0 {
+		meta["annotations"] = annotations
+	}
+	if len(labels) > 0 {
+		meta["labels"] = labels
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": meta})
 	for {
 		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err == nil {
