@@ -17,6 +17,7 @@
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+export PATH=$PATH:/usr/sbin:/sbin
 CLUSTER=${KIND_CLUSTER:-gpu-scheduler-e2e}
 VERSION=$(cat VERSION)
 OUT=$ROOT/out/kind

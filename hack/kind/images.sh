@@ -11,6 +11,20 @@
 # images run them.
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "$0")/../.."
+export PATH=$PATH:/usr/sbin:/sbin
+# debootstrap and the root file system it makes need root.
+SUDO=
+[ "$(id -u)" = 0 ] || SUDO=sudo
+# Everything temporary lives in WORK, and goes with the build container
+# however the script ends.
+WORK=$(mktemp -d)
+CONTAINERS=()
+cleanup() {
+  for c in "${CONTAINERS[@]}"; do docker rm -f -v "$c" >/dev/null 2>&1 || true; done
+  $SUDO rm -rf "$WORK" 2>/dev/null || true
+}
+trap cleanup EXIT
+tmpdir() { mktemp -d -p "$WORK"; }
 ROOT=$PWD
 BIN=$ROOT/bin
 KUBE_VERSION=v1.37.2
@@ -23,7 +37,7 @@ log() { echo "images: $*" >&2; }
 # static_image TAG BINARY [USER]: the binary alone, FROM scratch.
 static_image() {
   local tag=$1 bin=$2 user=${3:-} ctx
-  ctx=$(mktemp -d)
+  ctx=$(tmpdir)
   cp "$bin" "$ctx/"
   {
     echo "FROM scratch"
@@ -33,13 +47,15 @@ static_image() {
     echo "ENTRYPOINT [\"/usr/local/bin/$(basename "$bin")\"]"
   } > "$ctx/Dockerfile"
   docker build -q -t "$tag" "$ctx" >/dev/null 2>&1 || docker build -t "$tag" "$ctx"
-  rm -rf "$ctx"
   log "built $tag"
 }
 
-# The Debian mirror this machine's apt uses (never written into the repo).
+# The Debian mirror this machine's apt uses (never written into the repo),
+# or DEBIAN_MIRROR (a host that is not Debian's has no bookworm mirror).
 debian_mirror() {
-  local m
+  local m=${DEBIAN_MIRROR:-}
+  [ -n "$m" ] && { echo "$m"; return; }
+  grep -qs '^ID=debian' /etc/os-release || { echo "images: not a Debian host: set DEBIAN_MIRROR to a Debian mirror" >&2; exit 1; }
   m=$(grep -hsE '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}' | grep -v security | head -1)
   [ -n "$m" ] || m=$(grep -hsE '^deb ' /etc/apt/sources.list | awk '{print $2}' | grep -v security | head -1)
   [ -n "$m" ] || { echo "images: no Debian mirror in the apt sources" >&2; exit 1; }
@@ -56,13 +72,14 @@ rootfs() {
   tag=gpu-scheduler-kind/rootfs:$key
   if ! docker image inspect "$tag" >/dev/null 2>&1; then
     command -v debootstrap >/dev/null || { echo "images: debootstrap is missing (apt-get install debootstrap)" >&2; exit 1; }
-    dir=$(mktemp -d)
+    dir=$(tmpdir)
     log "debootstrap $SUITE into $dir"
-    debootstrap --variant=minbase --include="$ROOTFS_PACKAGES" "$SUITE" "$dir" "$(debian_mirror)" >"$dir.log" 2>&1 ||
-      { tail -20 "$dir.log" >&2; rm -rf "$dir" "$dir.log"; exit 1; }
-    rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*
-    tar -C "$dir" -c . | docker import - "$tag" >/dev/null
-    rm -rf "$dir" "$dir.log"
+    $SUDO debootstrap --variant=minbase --include="$ROOTFS_PACKAGES" "$SUITE" "$dir" "$(debian_mirror)" >"$dir.log" 2>&1 ||
+      { tail -20 "$dir.log" >&2; exit 1; }
+    $SUDO rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*
+    # What went in, by version: on the image, for whoever wonders.
+    versions=$($SUDO chroot "$dir" dpkg-query -W -f '${Package}=${Version} ' | sha256sum | cut -c1-16)
+    $SUDO tar -C "$dir" -c . | docker import --change "LABEL gpu-scheduler.packages=$versions" - "$tag" >/dev/null
     log "imported $tag"
   fi
   echo "$tag"
@@ -78,11 +95,11 @@ component_images() {
   static_image registry.k8s.io/pause:3.10.2 "$BIN/images/pause"
   docker tag registry.k8s.io/pause:3.10.2 registry.k8s.io/pause:3.10 # kind's containerd sandbox image
   # kube-proxy programs iptables: it runs on the node's own Debian.
-  dir=$(mktemp -d)
+  dir=$(tmpdir)
   cp "$BIN/kube-proxy" "$dir/"
   printf 'FROM %s\nCOPY kube-proxy /usr/local/bin/kube-proxy\n' "$rootfs" > "$dir/Dockerfile"
-  docker build -q -t registry.k8s.io/kube-proxy:$KUBE_VERSION "$dir" >/dev/null 2>&1
-  rm -rf "$dir"
+  docker build -q -t registry.k8s.io/kube-proxy:$KUBE_VERSION "$dir" >/dev/null 2>&1 ||
+    docker build -t registry.k8s.io/kube-proxy:$KUBE_VERSION "$dir"
   log "built registry.k8s.io/kube-proxy:$KUBE_VERSION"
 }
 
@@ -92,19 +109,20 @@ node() {
     "$BIN/kube-scheduler" "$BIN/kube-proxy" "$BIN/etcd" "$BIN/crictl" "$BIN/images/pause"
   rootfs=$(rootfs)
   kind_src=$(cd hack/tools/kind && go list -m -f '{{.Dir}}' sigs.k8s.io/kind)
+  # The root file system by its image ID: one rebuilt (another day's
+  # packages) makes a new node image.
   key=$( {
-    echo "$rootfs $KUBE_VERSION $KIND_MOD"
+    echo "$(docker image inspect -f '{{.Id}}' "$rootfs") $KUBE_VERSION $KIND_MOD"
     cat hack/kind/node/Dockerfile hack/kind/node/entrypoint hack/kind/images.sh
     sha256sum "$BIN"/{kubelet,kubeadm,kubectl,crictl,kube-apiserver,kube-controller-manager,kube-scheduler,kube-proxy,etcd,images/pause} | cut -d' ' -f1
   } | sha256sum | cut -c1-16)
   tag=gpu-scheduler-kind/node:$KUBE_VERSION-$key
-  true
   if docker image inspect "$tag" >/dev/null 2>&1; then
     echo "$tag" > "$BIN/kind-node-image"
     log "node image $tag is cached"
     return
   fi
-  ctx=$(mktemp -d)
+  ctx=$(tmpdir)
   mkdir -p "$ctx/bin"
   cp -r "$kind_src/images/base/files" "$ctx/base"
   chmod -R u+w "$ctx/base"
@@ -113,12 +131,12 @@ node() {
   docker build -q -t "$tag-build" --build-arg ROOTFS="$rootfs" --build-arg KUBE_VERSION=$KUBE_VERSION \
     -f hack/kind/node/Dockerfile "$ctx" >/dev/null 2>&1 ||
     docker build -t "$tag-build" --build-arg ROOTFS="$rootfs" --build-arg KUBE_VERSION=$KUBE_VERSION -f hack/kind/node/Dockerfile "$ctx"
-  rm -rf "$ctx"
   component_images "$rootfs"
   # Load the images into the node's containerd, as kind build node-image
   # does: containerd runs in a build container, the images are imported
   # without unpacking, and the container is committed.
   cid=$(docker run -d --entrypoint=sleep --security-opt seccomp=unconfined "$tag-build" infinity)
+  CONTAINERS+=("$cid")
   docker exec -d "$cid" bash -c 'containerd >/var/log/containerd-build.log 2>&1'
   for _ in $(seq 1 60); do docker exec "$cid" ctr version >/dev/null 2>&1 && break; sleep 1; done
   images=$(docker exec "$cid" kubeadm config images list --kubernetes-version $KUBE_VERSION | grep -v coredns)
@@ -143,10 +161,14 @@ scheduler() {
 test_images() {
   local n
   make -s "$BIN/images/pause" "$BIN/images/gpu-workload" "$BIN/images/nvidia-plugin" "$BIN/images/hami-plugin" "$BIN/images/podnet"
-  for n in gpu-workload nvidia-plugin hami-plugin podnet; do
+  # The workload and pause run as non-root, as the scheduler's image does;
+  # the device plugins (a socket in the kubelet's directory) and podnet
+  # (the node's routes and CNI configuration) need root.
+  static_image gpu-scheduler-e2e/gpu-workload:e2e "$BIN/images/gpu-workload" 65532:65532
+  static_image gpu-scheduler-e2e/pause:e2e "$BIN/images/pause" 65532:65532
+  for n in nvidia-plugin hami-plugin podnet; do
     static_image gpu-scheduler-e2e/$n:e2e "$BIN/images/$n"
   done
-  static_image gpu-scheduler-e2e/pause:e2e "$BIN/images/pause"
 }
 
 case ${1:-all} in

@@ -23,6 +23,14 @@ type Binder interface {
 	// Plan is the delivery of the chosen devices (in the node's device
 	// order) to the pod, each taking share.
 	Plan(pod *v1.Pod, node string, devs []gpu.Device, share gpu.DeviceShare) (Delivery, error)
+	// NodeChanged is told of every change of a node the informer sees
+	// (HAMi: a lock's release wakes the binds waiting for it).
+	NodeChanged(old, new *v1.Node)
+	// Clear is the keys of the agent's record on a pod (annotations and
+	// labels), which a bind without the agent removes: an earlier attempt
+	// on one of its nodes may have left them, and the agent would go on
+	// counting the pod there.
+	Clear() (annotations, labels []string)
 }
 
 // Delivery is one pod's bind through the agent.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -29,6 +30,10 @@ type Agent interface {
 	// Uses reads the agent's record of what the pod holds on the node, per
 	// device; ok is false when there is none.
 	Uses(pod *v1.Pod, node string) ([]DeviceUse, bool)
+	// Pending reads a record another scheduler wrote for a pod it has
+	// chosen devices for and not bound yet: the node, and since when it
+	// holds them (ok is false for any other pod, ours included).
+	Pending(pod *v1.Pod) (node string, since time.Time, ok bool)
 }
 
 // AgentState is what an agent says of a node.

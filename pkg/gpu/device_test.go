@@ -64,6 +64,8 @@ func (testAgent) Share(p *v1.Pod) (int32, DeviceShare, bool, error) {
 	return int32(n), DeviceShare{MemoryMiB: int64(mem), Cores: int32(cores)}, true, nil
 }
 
+func (testAgent) Pending(*v1.Pod) (string, time.Time, bool) { return "", time.Time{}, false }
+
 func (testAgent) Uses(p *v1.Pod, node string) ([]DeviceUse, bool) {
 	v, ok := p.Annotations[keyUses]
 	if !ok || p.Annotations[keyUsesOn] != node {

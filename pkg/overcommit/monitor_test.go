@@ -287,10 +287,15 @@ func TestMonitorReleasesEndedLocks(t *testing.T) {
 		{"holder running", v1.PodRunning, false, true, false, false},
 		{"standby", v1.PodFailed, false, false, false, false},
 		{"abandoned bind", v1.PodPending, false, true, true, true},
+		{"abandoned a moment ago", v1.PodPending, false, true, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, pods, nodes, _ := newMonitor(t, func() bool { return tc.active })
-			lock := hami.NodeLockValue(time.Now().Add(-2*time.Minute), "ns", "holder")
+			age := 2 * time.Minute
+			if strings.Contains(tc.name, "moment") {
+				age = 10 * time.Second // a Binding sent then could still land
+			}
+			lock := hami.NodeLockValue(time.Now().Add(-age), "ns", "holder")
 			n := gpuNode("n1", 40)
 			n.Annotations = map[string]string{hami.AnnotationNodeLock: lock}
 			client := fake.NewClientset(n)

@@ -24,6 +24,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
@@ -60,6 +61,24 @@ var figures = struct {
 	sync.Mutex
 	m map[string]any
 }{m: map[string]any{}}
+
+// envChecks counts what the tests compared between a container's
+// environment and the scheduler's decision, over the whole run.
+var envChecks = struct {
+	sync.Mutex
+	pods, devices, limits int
+}{}
+
+func countEnvCheck(devices, limits int) {
+	envChecks.Lock()
+	defer envChecks.Unlock()
+	envChecks.pods++
+	envChecks.devices += devices
+	envChecks.limits += limits
+	figures.Lock()
+	figures.m["env_checks"] = map[string]int{"pods": envChecks.pods, "devices": envChecks.devices, "limits": envChecks.limits}
+	figures.Unlock()
+}
 
 func recordFigure(name string, v any) {
 	figures.Lock()
@@ -209,6 +228,7 @@ func kubeletDevices(t *testing.T, node string, env map[string]string) []int {
 		out = append(out, i)
 	}
 	sort.Ints(out)
+	countEnvCheck(len(out), 0)
 	return out
 }
 
@@ -285,6 +305,8 @@ func checkHAMiEnv(t *testing.T, node *v1.Node, p *v1.Pod, env map[string]string)
 	if ph := p.Annotations[hami.AnnotationBindPhase]; ph != "success" {
 		t.Errorf("%s: bind phase %q, want success", p.Name, ph)
 	}
+	// Per device its memory limit, and the SM limit once.
+	countEnvCheck(len(ctr), len(ctr)+1)
 	return out
 }
 
@@ -467,9 +489,11 @@ func helm(t *testing.T, args ...string) string {
 	cmd := exec.Command(filepath.Join(harness.BinDir(), "helm"), args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.Kubeconfig)
 	cmd.Dir = harness.RepoRoot()
-	out, err := cmd.CombinedOutput()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
 	}
 	return string(out)
 }
@@ -687,8 +711,9 @@ func checkDelivered(t *testing.T, s *harness.Scope, names []string) {
 }
 
 // helm upgrade with a changed plugin arg while pods arrive: the Deployment
-// rolls to the new configuration, one leader at a time, and no device is
-// booked twice. helm rollback restores the release for the tests after.
+// rolls to the new configuration, every pod is bound or explained, and no
+// device is booked twice. helm rollback restores the release for the tests
+// after.
 func TestKindHelmUpgradeUnderLoad(t *testing.T) {
 	onKind(t)
 	s := cluster.NewScope(t)
@@ -715,10 +740,18 @@ func TestKindHelmUpgradeUnderLoad(t *testing.T) {
 	}()
 	time.Sleep(2 * time.Second)
 	gen := deploymentGeneration(t)
+	// Rolled back to the revision before, whatever happens, for the tests
+	// after this one.
+	var status struct {
+		Version int `json:"version"`
+	}
+	if err := json.Unmarshal([]byte(helm(t, "status", "gpu-scheduler", "--namespace", "kube-system", "-o", "json")), &status); err != nil || status.Version == 0 {
+		t.Fatalf("the release's revision: %v", err)
+	}
+	defer helm(t, "rollback", "gpu-scheduler", strconv.Itoa(status.Version), "--namespace", "kube-system", "--wait", "--timeout", "5m")
 	helm(t, "upgrade", "gpu-scheduler", "manifests/charts/gpu-scheduler", "--namespace", "kube-system", "--reuse-values",
 		"--set", "pluginArgs.GPUScore.policy=BestFit", "--wait", "--timeout", "5m")
 	<-done
-	defer helm(t, "rollback", "gpu-scheduler", "--namespace", "kube-system", "--wait", "--timeout", "5m")
 	if g := deploymentGeneration(t); g <= gen {
 		t.Errorf("the Deployment did not roll: generation %d, before %d", g, gen)
 	}
@@ -840,12 +873,8 @@ func TestKindHAMiNodeBeforeRegistration(t *testing.T) {
 	defer setArgs()
 	// The new plugin registered with the kubelet; its registration is
 	// not written yet: take away the old one.
-	node, err := cluster.Client.CoreV1().Nodes().Get(s.Ctx, hn, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	delete(node.Annotations, hami.AnnotationRegister)
-	if _, err := cluster.Client.CoreV1().Nodes().Update(s.Ctx, node, metav1.UpdateOptions{}); err != nil {
+	remove := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, hami.AnnotationRegister)
+	if _, err := cluster.Client.CoreV1().Nodes().Patch(s.Ctx, hn, types.MergePatchType, []byte(remove), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	p := workload(s, harness.PodSpec{Name: "early"}, agentHAMi)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpu-scheduler/gpu-scheduler/manifests"
+	ourconfig "github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
@@ -222,12 +223,14 @@ func TestHAMiContention(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for i := 0; i < rounds; i++ {
-			c.place(fmt.Sprintf("hami-%d", i), 4000, 10)
+			// Every pod a size of its own: a container served another
+			// pod's devices shows in its limits.
+			c.place(fmt.Sprintf("hami-%d", i), 3000+int32(100*i), 10+int32(i))
 		}
 	}()
 	for i := 0; i < rounds; i++ {
 		name := fmt.Sprintf("ours-%d", i)
-		s.Create(harness.WithLimits(s.Pod(harness.PodSpec{Name: name, Milli: 250, CPU: "10m", Memory: "16Mi"}), map[v1.ResourceName]string{gpu.ResourceNvidiaGPU: "1"}))
+		s.Create(harness.WithLimits(s.Pod(harness.PodSpec{Name: name, Milli: 200 + 10*i, CPU: "10m", Memory: "16Mi"}), map[v1.ResourceName]string{gpu.ResourceNvidiaGPU: "1"}))
 		ours = append(ours, name)
 		time.Sleep(30 * time.Millisecond)
 	}
@@ -257,7 +260,8 @@ func TestHAMiContention(t *testing.T) {
 			t.Fatalf("%s: record %q: %v", p.Name, p.Annotations[hami.AnnotationAllocated], err)
 		}
 		d := rec[0][0]
-		if env["NVIDIA_VISIBLE_DEVICES"] != d.UUID || env["CUDA_DEVICE_MEMORY_LIMIT_0"] != fmt.Sprintf("%dm", d.Usedmem) {
+		if env["NVIDIA_VISIBLE_DEVICES"] != d.UUID || env["CUDA_DEVICE_MEMORY_LIMIT_0"] != fmt.Sprintf("%dm", d.Usedmem) ||
+			env["CUDA_DEVICE_SM_LIMIT"] != strconv.Itoa(int(d.Usedcores)) {
 			t.Errorf("%s was served %v; its record is %s with %d MiB: another bind's devices", p.Name, env, d.UUID, d.Usedmem)
 		}
 		ours := p.Spec.SchedulerName == gpu.SchedulerName
@@ -324,5 +328,48 @@ func settleInt(t *testing.T, s *harness.Scope, names []string, timeout time.Dura
 	})
 	if err != nil {
 		t.Fatalf("pods neither bound nor explained: %v", open)
+	}
+}
+
+// A lock held by a pod of ours that nobody binds (the scheduler that took
+// it died between the lock and the binding, its standby took over): once a
+// Binding sent then could no longer land, the next bind takes it over,
+// instead of waiting out HAMi's 5-minute expiry; a fresher one waits.
+func TestHAMiAbandonedLock(t *testing.T) {
+	sched, err := harness.StartInProcessWith(context.Background(), cluster.Config, manifests.SchedulerConfig, harness.InProcessOptions{
+		FitArgs: func(a *ourconfig.GPUFitArgs) { a.HAMi.LockWaitSeconds = 5 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sched.Stop()
+	s := cluster.NewScope(t)
+	s.AddNodes(fleet.Node{Name: "hami", CPU: "64", Memory: "256Gi", GPUs: 2, Model: "NVIDIA-L4", MemoryMiB: 23034, HAMiSplit: 4})
+	node := s.Node("hami")
+	// Ours, pending for good (a model no node has): the dead scheduler's
+	// bind of it is what took the lock.
+	s.Create(s.Pod(harness.PodSpec{Name: "orphan", GPUs: 1, Model: "NVIDIA-H200"}))
+	slot := map[v1.ResourceName]string{gpu.ResourceNvidiaGPU: "1"}
+	for _, tc := range []struct {
+		name  string
+		age   time.Duration
+		binds bool
+	}{{"fresh", 10 * time.Second, false}, {"abandoned", 2 * time.Minute, true}} {
+		lock := hami.NodeLockValue(time.Now().Add(-tc.age), s.NS, "orphan")
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, hami.AnnotationNodeLock, lock)
+		if _, err := s.C.Client.CoreV1().Nodes().Patch(s.Ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		name := "after-" + tc.name
+		s.Create(harness.WithLimits(s.Pod(harness.PodSpec{Name: name, Milli: 500}), slot))
+		if tc.binds {
+			s.WaitBound(30*time.Second, name)
+			waitEnv(t, s, name)
+			continue
+		}
+		s.WaitReason(30*time.Second, name, "lock")
+		if p := s.Get(name); p.Spec.NodeName != "" {
+			t.Fatalf("%s bound while a bind sent %v ago could still land", name, tc.age)
+		}
+		s.Delete(name)
 	}
 }

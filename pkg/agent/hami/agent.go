@@ -72,15 +72,13 @@ func (a Agent) Devices(node *v1.Node) ([]gpu.Device, gpu.AgentState) {
 // no registration yet: the plugin has registered with the kubelet (which
 // then advertises its slots) before it writes the annotation, or cannot
 // write it. Then the allocatable counts slots, not GPUs, and a bind there
-// would carry no lock and no device list. The signs: HAMi's scheduler has
-// shaken hands with the node, or the node advertises more nvidia.com/gpu
-// than GPU Feature Discovery counts GPUs, times the replicas of NVIDIA's
-// own time-slicing (nvidia.com/gpu.count, nvidia.com/gpu.replicas). A
-// node with neither sign (no GFD) is read as a plain node.
+// would carry no lock and no device list. The sign: the node advertises
+// more nvidia.com/gpu than GPU Feature Discovery counts GPUs, times the
+// replicas of NVIDIA's own time-slicing (nvidia.com/gpu.count,
+// nvidia.com/gpu.replicas). A node without GFD's count is read as a plain
+// node. (HAMi's scheduler's handshake annotation is no sign: it writes it
+// on every node its label selector matches, and leaves it there.)
 func Unregistered(node *v1.Node) bool {
-	if _, ok := node.Annotations[AnnotationHandshake]; ok {
-		return true
-	}
 	count, err := strconv.ParseInt(node.Labels[gpu.LabelGPUCount], 10, 64)
 	if err != nil || count <= 0 {
 		return false
@@ -205,6 +203,33 @@ func (Agent) Uses(pod *v1.Pod, node string) ([]gpu.DeviceUse, bool) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].UUID < out[j].UUID })
 	return out, true
+}
+
+// Pending reads the record HAMi's scheduler writes in its Filter on a pod
+// it has chosen devices for, before it takes the lock to bind it: the pod
+// holds them meanwhile, as HAMi counts it, from the decision's time (one in
+// the future, or before the pod existed, is not one). Our own pods carry
+// our assignment and are not HAMi's to hold.
+func (Agent) Pending(p *v1.Pod) (string, time.Time, bool) {
+	node := p.Annotations[AnnotationVGPUNode]
+	_, ours := p.Annotations[gpu.AnnotationAssignment]
+	_, record := p.Annotations[AnnotationAllocated]
+	if node == "" || !record || ours || p.Spec.NodeName != "" || p.DeletionTimestamp != nil ||
+		p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+		return "", time.Time{}, false
+	}
+	now := time.Now()
+	since := now
+	if sec, err := strconv.ParseInt(p.Annotations[AnnotationVGPUTime], 10, 64); err == nil && sec > 0 {
+		since = time.Unix(sec, 0)
+		if since.After(now) {
+			since = now
+		}
+		if c := p.CreationTimestamp.Time; !c.IsZero() && since.Before(c) {
+			since = c
+		}
+	}
+	return node, since, true
 }
 
 // Allocation is the device list for a pod given the devices chosen (in

@@ -61,8 +61,9 @@ func TestAgentDevices(t *testing.T) {
 }
 
 // A node whose HAMi plugin runs but has not registered its GPUs is told
-// from a plain node by HAMi's handshake, or by more slots than GPU Feature
-// Discovery counts GPUs (times NVIDIA's own time-slicing replicas).
+// from a plain node by more slots than GPU Feature Discovery counts GPUs
+// (times NVIDIA's own time-slicing replicas); HAMi's handshake, which its
+// scheduler leaves on plain nodes too, is no sign.
 func TestAgentUnregistered(t *testing.T) {
 	node := func(slots string, labels, ann map[string]string) *v1.Node {
 		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: labels, Annotations: ann},
@@ -78,7 +79,7 @@ func TestAgentUnregistered(t *testing.T) {
 		{"slots before the registration", node("40", map[string]string{gpu.LabelGPUCount: "4"}, nil), gpu.Unregistered},
 		{"NVIDIA time-slicing", node("40", map[string]string{gpu.LabelGPUCount: "4", gpu.LabelGPUReplicas: "10"}, nil), gpu.NotServed},
 		{"more than time-slicing's", node("80", map[string]string{gpu.LabelGPUCount: "4", gpu.LabelGPUReplicas: "10"}, nil), gpu.Unregistered},
-		{"HAMi's handshake", node("4", nil, map[string]string{AnnotationHandshake: "Requesting_2026-12-01 10:00:00"}), gpu.Unregistered},
+		{"HAMi's handshake on a plain node", node("4", map[string]string{gpu.LabelGPUCount: "4"}, map[string]string{AnnotationHandshake: "Requesting_2026-12-01 10:00:00"}), gpu.NotServed},
 		{"registered", node("40", map[string]string{gpu.LabelGPUCount: "4"}, map[string]string{AnnotationRegister: `[{"id":"GPU-a","count":10,"devmem":1,"devcore":100,"health":true}]`}), gpu.Reported},
 	} {
 		if _, st := (Agent{}).Devices(tc.n); st != tc.want {

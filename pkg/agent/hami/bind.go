@@ -57,6 +57,19 @@ func (b *Binder) Plan(pod *v1.Pod, node string, devs []gpu.Device, share gpu.Dev
 	return &Delivery{b: b, pod: pod, node: node, Devices: pd}, nil
 }
 
+// NodeChanged implements agent.Binder.
+func (b *Binder) NodeChanged(old, new *v1.Node) {
+	if old.Annotations[AnnotationNodeLock] != new.Annotations[AnnotationNodeLock] {
+		NodeLockChanged(new.Name)
+	}
+}
+
+// Clear implements agent.Binder.
+func (b *Binder) Clear() ([]string, []string) {
+	return []string{AnnotationVGPUNode, AnnotationVGPUTime, AnnotationToAllocate, AnnotationAllocated, AnnotationBindPhase, AnnotationBindTime},
+		[]string{AnnotationVGPUNode}
+}
+
 func (b *Binder) now() time.Time {
 	if b.Now != nil {
 		return b.Now()
@@ -72,8 +85,9 @@ type Delivery struct {
 	// Devices is the device list the plugin reads.
 	Devices PodDevices
 	// lock is the lock's value once Hold has written it (set before the
-	// write, so that a write whose answer is lost is released too).
-	lock atomic.Pointer[string]
+	// write, so that a write whose answer is lost is released too); prev
+	// the value before a renewal whose answer was lost.
+	lock, prev atomic.Pointer[string]
 }
 
 var _ agent.Delivery = &Delivery{}
@@ -182,15 +196,39 @@ func (d *Delivery) Others(ctx context.Context) ([]v1.Pod, error) {
 }
 
 // Verify implements agent.Delivery: the node's lock is still this hold.
+// It is written again with the time of now, in the same compare-and-swap:
+// the lock's time then says when the binding was sent, which is what its
+// expiry and a successor's judgement of an abandoned bind (StaleHolder)
+// must count from, however long the bind took to get here.
 func (d *Delivery) Verify(ctx context.Context) error {
-	n, err := d.b.Client.CoreV1().Nodes().Get(ctx, d.node, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("reading node %s to check its %s: %w", d.node, AnnotationNodeLock, err)
+	for attempt := 0; attempt < 5; attempt++ {
+		n, err := d.b.Client.CoreV1().Nodes().Get(ctx, d.node, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading node %s to check its %s: %w", d.node, AnnotationNodeLock, err)
+		}
+		old := d.Lock()
+		if got := n.Annotations[AnnotationNodeLock]; got != old {
+			return fmt.Errorf("node %s: %s is %q, no longer this bind's %q", d.node, AnnotationNodeLock, got, old)
+		}
+		v := NodeLockValue(d.b.now(), d.pod.Namespace, d.pod.Name)
+		if v == old {
+			v = NodeLockValue(d.b.now().Add(time.Nanosecond), d.pod.Namespace, d.pod.Name)
+		}
+		// Stored first: a write whose answer is lost is released too.
+		d.lock.Store(&v)
+		err = patchLock(ctx, d.b.Client, d.node, n.ResourceVersion, &v)
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsConflict(err) {
+			// It may have landed or not: Release tries both.
+			d.prev.Store(&old)
+			return fmt.Errorf("renewing %s on node %s: %w", AnnotationNodeLock, d.node, err)
+		}
+		// Refused: the hold is still the old value.
+		d.lock.Store(&old)
 	}
-	if got, want := n.Annotations[AnnotationNodeLock], d.Lock(); got != want {
-		return fmt.Errorf("node %s: %s is %q, no longer this bind's %q", d.node, AnnotationNodeLock, got, want)
-	}
-	return nil
+	return fmt.Errorf("node %s kept changing while its %s was checked", d.node, AnnotationNodeLock)
 }
 
 // Annotations implements agent.Delivery.
@@ -200,7 +238,8 @@ func (d *Delivery) Annotations(now time.Time) map[string]string {
 
 // Labels implements agent.Delivery: HAMi's monitor finds its containers by
 // this label. It needs the right to patch pods, which the shipped RBAC does
-// not grant (the binding carries annotations only).
+// not grant (the binding carries annotations only). None on a node whose
+// name no label value can hold.
 func (d *Delivery) Labels() map[string]string {
 	if len(validation.IsValidLabelValue(d.node)) > 0 {
 		return nil
@@ -210,6 +249,11 @@ func (d *Delivery) Labels() map[string]string {
 
 // Release implements agent.Delivery.
 func (d *Delivery) Release(ctx context.Context) error {
+	if p := d.prev.Load(); p != nil {
+		if err := ReleaseNodeLock(ctx, d.b.Client, d.node, *p); err != nil {
+			return err
+		}
+	}
 	v := d.Lock()
 	if v == "" {
 		return nil
@@ -247,15 +291,27 @@ func acquireTurn(ctx context.Context, node string, wait time.Duration) (func(), 
 		turns.m[node] = ch
 	}
 	turns.Unlock()
+	release := func() { <-ch }
+	busy := &agent.ErrBusy{Err: fmt.Errorf("node %s: another bind of this scheduler is waiting for its %s", node, AnnotationNodeLock)}
+	// A free turn is taken whatever the wait (a zero wait must not lose
+	// the race against its own timer).
+	select {
+	case ch <- struct{}{}:
+		return release, nil
+	default:
+	}
+	if wait <= 0 {
+		return nil, busy
+	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case ch <- struct{}{}:
-		return func() { <-ch }, nil
+		return release, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-t.C:
-		return nil, &agent.ErrBusy{Err: fmt.Errorf("node %s: another bind of this scheduler waited for its %s for %s", node, AnnotationNodeLock, wait)}
+		return nil, busy
 	}
 }
 

@@ -242,3 +242,37 @@ func TestDeliveryHoldTakesTurns(t *testing.T) {
 		t.Errorf("%d reads of the node while 10 binds waited 300 ms for its lock", gets)
 	}
 }
+
+// Verify renews the lock with its own time, so that the lock's age counts
+// from the binding, however long the bind took before it; Release then
+// gives back the renewed hold. A zero wait still takes a free node at once.
+func TestDeliveryVerifyRenews(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "renew"}})
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	b := &Binder{Client: client, Expiry: NodeLockTimeout, Wait: 0, Now: func() time.Time { return now }}
+	for i := 0; i < 50; i++ {
+		d := plan(t, b, bindPod(fmt.Sprintf("z%d", i), "", v1.PodPending), "renew")
+		if err := d.Hold(ctx); err != nil {
+			t.Fatalf("a free node with no wait: %v", err)
+		}
+		if err := d.Release(ctx); err != nil || lockOf(t, client, "renew") != "" {
+			t.Fatalf("release: %v %q", err, lockOf(t, client, "renew"))
+		}
+	}
+	d := plan(t, b, bindPod("a", "", v1.PodPending), "renew")
+	if err := d.Hold(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(40 * time.Second) // a slow recheck
+	if err := d.Verify(ctx); err != nil {
+		t.Fatal(err)
+	}
+	at, _, name, err := ParseNodeLock(lockOf(t, client, "renew"))
+	if err != nil || !at.Equal(now) || name != "a" || lockOf(t, client, "renew") != d.Lock() {
+		t.Errorf("after Verify the lock is %q (%v), want a's at %v", lockOf(t, client, "renew"), err, now)
+	}
+	if err := d.Release(ctx); err != nil || lockOf(t, client, "renew") != "" {
+		t.Errorf("the renewed hold was not released: %v %q", err, lockOf(t, client, "renew"))
+	}
+}

@@ -19,7 +19,6 @@ func SameDevices(a, b *v1.Node, opts gpu.NodeOptions) bool {
 		a.Annotations[hami.AnnotationRegister] != b.Annotations[hami.AnnotationRegister] ||
 		a.Annotations[hami.AnnotationCordon] != b.Annotations[hami.AnnotationCordon] ||
 		a.Labels[gpu.LabelGPUCount] != b.Labels[gpu.LabelGPUCount] || a.Labels[gpu.LabelGPUReplicas] != b.Labels[gpu.LabelGPUReplicas] ||
-		hasKey(a.Annotations, hami.AnnotationHandshake) != hasKey(b.Annotations, hami.AnnotationHandshake) ||
 		!sameQuantity(a, b, hami.ResourceGPU) {
 		return false
 	}
@@ -40,9 +39,4 @@ func sameQuantity(a, b *v1.Node, r v1.ResourceName) bool {
 	qa, oka = a.Status.Capacity[r]
 	qb, okb = b.Status.Capacity[r]
 	return oka == okb && qa.Cmp(qb) == 0
-}
-
-func hasKey(m map[string]string, k string) bool {
-	_, ok := m[k]
-	return ok
 }

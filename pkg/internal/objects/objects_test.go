@@ -44,7 +44,7 @@ func TestSameDevices(t *testing.T) {
 		// What tells a HAMi node that has not registered from a plain one.
 		{"GFD's GPU count", func(n *v1.Node) { n.Labels[gpu.LabelGPUCount] = "4" }, false},
 		{"GFD's replicas", func(n *v1.Node) { n.Labels[gpu.LabelGPUReplicas] = "2" }, false},
-		{"HAMi's handshake", func(n *v1.Node) { n.Annotations[hami.AnnotationHandshake] = "Requesting_x" }, false},
+		{"HAMi's handshake", func(n *v1.Node) { n.Annotations[hami.AnnotationHandshake] = "Requesting_x" }, true},
 	} {
 		n := base.DeepCopy()
 		tc.edit(n)

@@ -8,7 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -109,6 +109,13 @@ type GPUFit struct {
 // bindInFlight is GPUFit.inFlight's default.
 const bindInFlight = 65 * time.Second
 
+// abandonAfter is how long after a hold's renewal (just before its
+// binding was sent, hami.Delivery.Verify) a successor may judge the bind
+// abandoned: a Binding can land until the API server's request timeout
+// (60 s by default; a longer --request-timeout needs more), and the
+// clocks of two replicas may differ by a little.
+const abandonAfter = bindInFlight + 25*time.Second
+
 var (
 	_ fwk.PreFilterPlugin   = &GPUFit{}
 	_ fwk.FilterPlugin      = &GPUFit{}
@@ -153,7 +160,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if opts.Agent != nil && h.ClientSet() != nil {
 		pl.binder = &hami.Binder{Client: h.ClientSet(), Expiry: time.Duration(args.HAMi.NodeLockExpirySeconds) * time.Second,
 			Wait: time.Duration(args.HAMi.LockWaitSeconds) * time.Second, Poll: time.Second,
-			Abandoned: pl.abandoned, InFlight: bindInFlight}
+			Abandoned: pl.abandoned, InFlight: abandonAfter}
 	}
 	if f := h.SharedInformerFactory(); f != nil {
 		pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
@@ -196,7 +203,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 				return nil, err
 			}
 			if opts.Agent != nil && h.ClientSet() != nil {
-				mon.ReleaseStaleLocks(h.ClientSet(), pl.abandoned, bindInFlight)
+				mon.ReleaseStaleLocks(h.ClientSet(), pl.abandoned, abandonAfter)
 			}
 			go mon.Run(ctx)
 		}
@@ -295,8 +302,8 @@ func (pl *GPUFit) watch(pods, nodes cache.SharedIndexInformer) error {
 		UpdateFunc: func(old, obj interface{}) {
 			o, ok1 := old.(*v1.Node)
 			n, ok2 := obj.(*v1.Node)
-			if ok1 && ok2 && o.Annotations[hami.AnnotationNodeLock] != n.Annotations[hami.AnnotationNodeLock] {
-				hami.NodeLockChanged(n.Name)
+			if ok1 && ok2 && pl.binder != nil {
+				pl.binder.NodeChanged(o, n)
 			}
 		},
 		DeleteFunc: func(obj interface{}) {
@@ -350,29 +357,30 @@ func (pl *GPUFit) trackPending(obj interface{}) {
 	if !ok {
 		return
 	}
-	node := p.Annotations[hami.AnnotationVGPUNode]
-	_, ours := p.Annotations[gpu.AnnotationAssignment]
-	_, record := p.Annotations[hami.AnnotationAllocated]
 	tr := pl.shared.Tracker()
-	if node == "" || !record || ours || p.Spec.NodeName != "" || p.DeletionTimestamp != nil ||
-		p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+	var node string
+	var since time.Time
+	ok = false
+	if a := pl.reqOpts.Agent; a != nil {
+		node, since, ok = a.Pending(p)
+	}
+	if !ok {
 		tr.SetPending(p, "", time.Time{})
 		return
 	}
-	// From the decision (a time in the future, or before the pod existed,
-	// is not one), for as long as a bind under HAMi's lock may take.
-	now := time.Now()
-	since := now
-	if sec, err := strconv.ParseInt(p.Annotations[hami.AnnotationVGPUTime], 10, 64); err == nil && sec > 0 {
-		since = time.Unix(sec, 0)
-		if since.After(now) {
-			since = now
-		}
-		if c := p.CreationTimestamp.Time; !c.IsZero() && since.Before(c) {
-			since = c
-		}
-	}
+	// For as long as a bind under the agent's hold may take.
 	tr.SetPending(p, node, since.Add(time.Duration(pl.args.HAMi.NodeLockExpirySeconds)*time.Second))
+}
+
+// sameUses reports whether two versions of a pod carry the same record of
+// what they hold on the node.
+func sameUses(a gpu.Agent, p, q *v1.Pod, node string) bool {
+	if a == nil {
+		return true
+	}
+	up, okp := a.Uses(p, node)
+	uq, okq := a.Uses(q, node)
+	return okp == okq && slices.Equal(up, uq)
 }
 
 // TrackerOf is the device accounting of a framework whose profile runs
@@ -826,16 +834,28 @@ func (pl *GPUFit) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	meta := map[string]any{"annotations": ann}
 	if rs.delivery != nil {
 		// HAMi's scheduler labels the pod too (its monitor reads it).
-		meta["labels"] = rs.delivery.Labels()
+		// Only keys given: a null map would remove all the pod's labels.
+		if l := rs.delivery.Labels(); len(l) > 0 {
+			meta["labels"] = l
+		}
 	} else {
 		// An earlier attempt on a HAMi node may have left its record
 		// (the cached pod may not show it yet): HAMi would keep counting
 		// the pod there. Removing absent keys changes nothing.
-		for _, k := range []string{hami.AnnotationVGPUNode, hami.AnnotationVGPUTime, hami.AnnotationToAllocate, hami.AnnotationAllocated,
-			hami.AnnotationBindPhase, hami.AnnotationBindTime} {
+		keys, labelKeys := []string(nil), []string(nil)
+		if pl.binder != nil {
+			keys, labelKeys = pl.binder.Clear()
+		}
+		for _, k := range keys {
 			ann[k] = nil
 		}
-		meta["labels"] = map[string]any{hami.AnnotationVGPUNode: nil}
+		if len(labelKeys) > 0 {
+			drop := map[string]any{}
+			for _, k := range labelKeys {
+				drop[k] = nil
+			}
+			meta["labels"] = drop
+		}
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
@@ -892,9 +912,11 @@ func (pl *GPUFit) hold(ctx context.Context, pod *v1.Pod, node string, rs *reserv
 	return nil
 }
 
-// release gives back a hold whose bind did not land.
+// release gives back a hold whose bind did not land: also while the
+// scheduler shuts down (a helm upgrade), when pl.ctx is already cancelled;
+// a hold left behind blocks the node until it is judged abandoned.
 func (pl *GPUFit) release(pod *v1.Pod, node string, d agent.Delivery) {
-	ctx, cancel := context.WithTimeout(pl.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(pl.ctx), 10*time.Second)
 	defer cancel()
 	if err := d.Release(ctx); err != nil {
 		klog.FromContext(pl.ctx).Info("could not release the node agent's hold; it expires", "pod", klog.KObj(pod), "node", node, "err", err)
@@ -945,7 +967,7 @@ func (pl *GPUFit) recheck(ctx context.Context, pod *v1.Pod, node string, rs *res
 			}
 		case p.Spec.NodeName == "" && p.Annotations[gpu.AnnotationAssignment] == "":
 			// Unless the tracker counts this very record here already.
-			if q := tr.PendingOn(p.UID, node); q == nil || q.Annotations[hami.AnnotationAllocated] != p.Annotations[hami.AnnotationAllocated] {
+			if q := tr.PendingOn(p.UID, node); q == nil || !sameUses(tr.RequestOptions().Agent, q, p, node) {
 				inFlight = append(inFlight, p)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -192,5 +193,100 @@ func TestHAMiPreBindMode(t *testing.T) {
 	}
 	if s := e.pl.Bind(tCtx, cs, pod, "hami"); !s.IsSkip() {
 		t.Errorf("Bind: %v, want Skip (the default binder binds)", s)
+	}
+}
+
+// The lock taken over between the hold and the binding (it expired, and
+// another scheduler took it): the bind fails before any Binding is sent,
+// and the other holder's lock is left alone.
+func TestHAMiBindVerifiesTheLock(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	node := hamiNode("hami")
+	e := newEnv(tCtx, t, scheme.DefaultGPUFitArgs(), []*v1.Node{node}, nil)
+	if _, err := e.client.CoreV1().Nodes().Create(tCtx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	other := hami.NodeLockValue(time.Now(), "else", "where")
+	locked := false
+	// Once our lock is written, the next read of the node finds another's.
+	e.client.PrependReactor("get", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
+		n, err := e.client.Tracker().Get(v1.SchemeGroupVersion.WithResource("nodes"), "", "hami")
+		if err != nil {
+			return false, nil, nil
+		}
+		nd := n.(*v1.Node)
+		if v := nd.Annotations[hami.AnnotationNodeLock]; strings.HasSuffix(v, ",default,s") && !locked {
+			locked = true
+			nd = nd.DeepCopy()
+			nd.Annotations[hami.AnnotationNodeLock] = other
+			if err := e.client.Tracker().Update(v1.SchemeGroupVersion.WithResource("nodes"), nd, ""); err != nil {
+				t.Error(err)
+			}
+		}
+		return false, nil, nil
+	})
+	pod := slotPod("s", "500")
+	if _, err := e.client.CoreV1().Pods("default").Create(tCtx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cs := framework.NewCycleState()
+	if _, s := e.pl.PreFilter(tCtx, cs, pod, nil); !s.IsSuccess() {
+		t.Fatal(s)
+	}
+	if s := e.pl.Reserve(tCtx, cs, pod, "hami"); !s.IsSuccess() {
+		t.Fatal(s)
+	}
+	if s := e.pl.Bind(tCtx, cs, pod, "hami"); s.IsSuccess() {
+		t.Fatal("bound while another pod held the node's lock")
+	}
+	e.pl.Unreserve(tCtx, cs, pod, "hami")
+	for _, a := range e.client.Actions() {
+		if c, ok := a.(clienttesting.CreateAction); ok {
+			if _, ok := c.GetObject().(*v1.Binding); ok {
+				t.Fatal("a Binding was sent")
+			}
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // Unreserve's release runs in the background
+	n, _ := e.client.CoreV1().Nodes().Get(tCtx, "hami", metav1.GetOptions{})
+	if got := n.Annotations[hami.AnnotationNodeLock]; got != other {
+		t.Errorf("the other holder's lock became %q", got)
+	}
+}
+
+// With assignmentWrite: PreBind on a node whose name no label value can
+// hold, the pod's own labels survive (a null map in the merge patch would
+// remove them all, taking the pod out of its ReplicaSet and Services).
+func TestHAMiPreBindModeKeepsLabels(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	name := strings.Repeat("h", 70)
+	node := hamiNode(name)
+	args := scheme.DefaultGPUFitArgs()
+	args.AssignmentWrite = config.WriteAtPreBind
+	e := newEnv(tCtx, t, args, []*v1.Node{node}, nil)
+	if _, err := e.client.CoreV1().Nodes().Create(tCtx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := slotPod("l", "500")
+	pod.Labels = map[string]string{"app": "train"}
+	if _, err := e.client.CoreV1().Pods("default").Create(tCtx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cs := framework.NewCycleState()
+	if _, s := e.pl.PreFilter(tCtx, cs, pod, nil); !s.IsSuccess() {
+		t.Fatal(s)
+	}
+	if s := e.pl.Reserve(tCtx, cs, pod, name); !s.IsSuccess() {
+		t.Fatal(s)
+	}
+	if s := e.pl.PreBind(tCtx, cs, pod, name); !s.IsSuccess() {
+		t.Fatal(s)
+	}
+	got, err := e.client.CoreV1().Pods("default").Get(tCtx, "l", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Labels["app"] != "train" || got.Annotations[hami.AnnotationAllocated] == "" {
+		t.Errorf("labels %v, annotations %v", got.Labels, got.Annotations)
 	}
 }
