@@ -310,11 +310,15 @@ func checkHAMiEnv(t *testing.T, node *v1.Node, p *v1.Pod, env map[string]string)
 	return out
 }
 
-// checkNoLock fails if the HAMi worker's lock is still held.
+// checkNoLock fails if the HAMi worker's lock is still held. A bind the
+// killed leader left between its lock and its binding holds it until its
+// successor judges it abandoned (90 s after it was written) and releases
+// it (at its next look at the node, every 30 s at the latest): the wait
+// covers that.
 func checkNoLock(t *testing.T, node string) {
 	t.Helper()
 	var v string
-	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 150*time.Second, true, func(ctx context.Context) (bool, error) {
 		n, err := cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
