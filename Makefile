@@ -9,9 +9,14 @@ BIN := $(CURDIR)/bin
 VERSION ?= $(shell cat $(CURDIR)/VERSION)
 # The upstream version must stay v1.37.2: kube-scheduler's startup
 # emulation-version check rejects anything else. Ours goes in pkg/version.
+# client-go's version is only the User-Agent (gpu-scheduler/<ours> in the API
+# server's audit log, not v0.0.0 and $Format); nothing validates it.
+GIT_COMMIT ?= $(shell git -C $(CURDIR) rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.37.2 \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 \
-	-X github.com/gpu-scheduler/gpu-scheduler/pkg/version.Version=$(VERSION)
+	-X github.com/gpu-scheduler/gpu-scheduler/pkg/version.Version=$(VERSION) \
+	-X k8s.io/client-go/pkg/version.gitVersion=$(VERSION) \
+	-X k8s.io/client-go/pkg/version.gitCommit=$(GIT_COMMIT)
 PKGS := ./...
 # Static binaries everywhere: the images are FROM scratch, and one build cache
 # serves the host's binaries, the images' and the tests (only -race needs cgo).

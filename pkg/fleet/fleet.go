@@ -6,6 +6,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 
 	v1 "k8s.io/api/core/v1"
@@ -146,8 +147,36 @@ func Create(ctx context.Context, client kubernetes.Interface, nodes ...Node) err
 		if err != nil {
 			return fmt.Errorf("posting status of node %s: %w", n.Name, err)
 		}
+		if !n.NotReady {
+			if err := untaintReady(ctx, client, n.Name); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// untaintReady drops the not-ready taint that a real API server's
+// TaintNodesByCondition admission adds to every new node. The node
+// lifecycle controller would drop it once it saw the node Ready, a moment
+// later: until then the scheduler sees some nodes tainted and others not,
+// and a pod placed in that moment goes to whichever lost it first.
+func untaintReady(ctx context.Context, client kubernetes.Interface, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		taints := slices.DeleteFunc(slices.Clone(cur.Spec.Taints), func(t v1.Taint) bool {
+			return t.Key == v1.TaintNodeNotReady && t.Effect == v1.TaintEffectNoSchedule
+		})
+		if len(taints) == len(cur.Spec.Taints) {
+			return nil
+		}
+		cur.Spec.Taints = taints
+		_, err = client.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // Demo is a small, realistic fleet: CPU-only nodes and 1-, 2-, 4- and 8-GPU
