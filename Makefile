@@ -144,6 +144,9 @@ $(BIN)/promrules: hack/tools/go.mod hack/tools/go.sum hack/tools/promrules/main.
 unit:
 	$(GO) test -count=1 $(UNIT_PKGS)
 	CGO_ENABLED=1 $(GO) test -count=1 -race ./pkg/gpu/... ./pkg/plugins/... ./pkg/overcommit/... ./pkg/requeue/...
+	# Every benchmark of these packages once, so that none rots (timing is
+	# make bench's; here they only have to run).
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x $(UNIT_PKGS)
 
 # The scheduler in-process against a real kube-apiserver and etcd.
 integration: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kubectl-gpu $(BIN)/helm $(BIN)/krew $(BIN)/promrules

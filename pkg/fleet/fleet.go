@@ -134,9 +134,11 @@ func Create(ctx context.Context, client kubernetes.Interface, nodes ...Node) err
 		}
 		// On a real cluster, controllers write a new node at once (its
 		// pod CIDR, the not-ready taint): post on their latest version.
+		var posted *v1.Node
 		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			created.Status = obj.Status
-			_, err := client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+			var err error
+			posted, err = client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
 			if apierrors.IsConflict(err) {
 				if cur, gerr := client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{}); gerr == nil {
 					created = cur
@@ -148,8 +150,8 @@ func Create(ctx context.Context, client kubernetes.Interface, nodes ...Node) err
 			return fmt.Errorf("posting status of node %s: %w", n.Name, err)
 		}
 		if !n.NotReady {
-			if err := untaintReady(ctx, client, n.Name); err != nil {
-				return err
+			if err := untaintReady(ctx, client, posted); err != nil {
+				return fmt.Errorf("lifting the not-ready taint of node %s: %w", n.Name, err)
 			}
 		}
 	}
@@ -161,12 +163,8 @@ func Create(ctx context.Context, client kubernetes.Interface, nodes ...Node) err
 // lifecycle controller would drop it once it saw the node Ready, a moment
 // later: until then the scheduler sees some nodes tainted and others not,
 // and a pod placed in that moment goes to whichever lost it first.
-func untaintReady(ctx context.Context, client kubernetes.Interface, name string) error {
+func untaintReady(ctx context.Context, client kubernetes.Interface, cur *v1.Node) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
 		taints := slices.DeleteFunc(slices.Clone(cur.Spec.Taints), func(t v1.Taint) bool {
 			return t.Key == v1.TaintNodeNotReady && t.Effect == v1.TaintEffectNoSchedule
 		})
@@ -174,23 +172,12 @@ func untaintReady(ctx context.Context, client kubernetes.Interface, name string)
 			return nil
 		}
 		cur.Spec.Taints = taints
-		_, err = client.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
+		_, err := client.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			if latest, gerr := client.CoreV1().Nodes().Get(ctx, cur.Name, metav1.GetOptions{}); gerr == nil {
+				cur = latest
+			}
+		}
 		return err
 	})
-}
-
-// Demo is a small, realistic fleet: CPU-only nodes and 1-, 2-, 4- and 8-GPU
-// nodes of several models, one with an unhealthy device; l4-0 and a100-0 run
-// HAMi's device plugin (split 10), so that shares have somewhere to go.
-func Demo() []Node {
-	return []Node{
-		{Name: "cpu-0", CPU: "32", Memory: "128Gi"},
-		{Name: "cpu-1", CPU: "32", Memory: "128Gi"},
-		{Name: "t4-0", CPU: "16", Memory: "64Gi", GPUs: 1, Model: "Tesla-T4", MemoryMiB: 15360},
-		{Name: "t4-1", CPU: "32", Memory: "128Gi", GPUs: 2, Model: "Tesla-T4", MemoryMiB: 15360},
-		{Name: "l4-0", CPU: "48", Memory: "192Gi", GPUs: 4, Model: "NVIDIA-L4", MemoryMiB: 23034, HAMiSplit: 10},
-		{Name: "a100-0", CPU: "96", Memory: "1Ti", GPUs: 8, Model: "NVIDIA-A100-SXM4-80GB", MemoryMiB: 81920, HAMiSplit: 10},
-		{Name: "a100-1", CPU: "96", Memory: "1Ti", GPUs: 8, Unhealthy: 1, Model: "NVIDIA-A100-SXM4-80GB", MemoryMiB: 81920},
-		{Name: "h100-0", CPU: "112", Memory: "2Ti", GPUs: 8, Model: "NVIDIA-H100-80GB-HBM3", MemoryMiB: 81559},
-	}
 }

@@ -137,31 +137,47 @@ func (t *Tracker) PlanEviction(node *v1.Node, pods []*v1.Pod, r *Request, victim
 				try(map[types.UID]bool{hs[k].UID: true}, fmt.Sprintf("one pod holding %d milli frees enough on device %s", hs[k].Milli, maskString(hs[k].Mask)))
 			}
 		}
-		if best == nil {
-			// Else the fewest on one device: its largest first.
-			for i := 0; i < int(st.Count); i++ {
-				if !st.couldHost(i, r) {
-					continue
+		// And sets of several pods on one device, costed in the same order:
+		// two pods of priority 0 beat one of priority 100. For each
+		// priority a set may reach, the fewest pods up to it (fewest
+		// budgets first, then the largest).
+		for i := 0; i < int(st.Count); i++ {
+			if !st.couldHost(i, r) {
+				continue
+			}
+			var ks []int
+			var prios []int32
+			for _, k := range on[i] {
+				if v, victim := victims[hs[k].UID]; victim {
+					ks = append(ks, k)
+					prios = append(prios, v.Priority)
 				}
-				ks := slices.Clone(on[i])
-				slices.SortFunc(ks, func(a, b int) int {
-					va, vb := victims[hs[a].UID], victims[hs[b].UID]
-					if c := cmp.Compare(len(va.Budgets), len(vb.Budgets)); c != 0 {
-						return c
-					}
-					if c := cmp.Compare(hs[b].Milli, hs[a].Milli); c != 0 {
-						return c
-					}
-					return cmp.Compare(va.Priority, vb.Priority)
-				})
+			}
+			if len(ks) < 2 {
+				continue
+			}
+			slices.SortFunc(ks, func(a, b int) int {
+				va, vb := victims[hs[a].UID], victims[hs[b].UID]
+				if c := cmp.Compare(len(va.Budgets), len(vb.Budgets)); c != 0 {
+					return c
+				}
+				if c := cmp.Compare(hs[b].Milli, hs[a].Milli); c != 0 {
+					return c
+				}
+				return cmp.Compare(va.Priority, vb.Priority)
+			})
+			slices.Sort(prios)
+			for _, top := range slices.Compact(prios) {
 				set := map[types.UID]bool{}
 				for _, k := range ks {
-					if _, victim := victims[hs[k].UID]; !victim {
+					if victims[hs[k].UID].Priority > top {
 						continue
 					}
 					set[hs[k].UID] = true
 					if verify(set) {
-						try(maps(set), fmt.Sprintf("%d pods on device %d", len(set), i))
+						if len(set) > 1 { // one alone was tried above
+							try(set, fmt.Sprintf("%d pods on device %d", len(set), i))
+						}
 						break
 					}
 				}

@@ -148,6 +148,28 @@ func TestPlanEviction(t *testing.T) {
 			},
 			want: []string{"c", "d"},
 		},
+		"share: two pods of priority 0 before one of priority 100": {
+			devices: 2, pods: []*v1.Pod{share("important", 0, 600), share("x", 1, 300), share("y", 1, 300), share("z", 1, 300)}, req: Request{Milli: 500},
+			victims: func(p []*v1.Pod) map[types.UID]Victim {
+				m := all(p)
+				m["important"] = Victim{Priority: 100}
+				return m
+			},
+			want: []string{"x", "y"},
+		},
+		"share: one pod when the others are no cheaper": {
+			devices: 2, pods: []*v1.Pod{share("one", 0, 600), share("x", 1, 300), share("y", 1, 300), share("z", 1, 300)}, req: Request{Milli: 500},
+			want: []string{"one"},
+		},
+		"share: a set below the top priority on a mixed device": {
+			devices: 1, pods: []*v1.Pod{share("hi", 0, 500), share("lo1", 0, 250), share("lo2", 0, 250)}, req: Request{Milli: 500},
+			victims: func(p []*v1.Pod) map[types.UID]Victim {
+				m := all(p)
+				m["hi"] = Victim{Priority: 10}
+				return m
+			},
+			want: []string{"lo1", "lo2"},
+		},
 		"a pod on two devices frees both": {
 			devices: 4, pods: []*v1.Pod{whole("pair", 0, 1), share("c", 2, 300), share("d", 3, 300)}, req: Request{Count: 2},
 			want: []string{"pair"},

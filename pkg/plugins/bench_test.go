@@ -97,7 +97,11 @@ func newBenchEnv(b *testing.B, policy gpu.Policy) *benchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fitPl, err := gpufit.New(ctx, nil, fh)
+	// The bench node runs no agent that delivers shares: place them by
+	// accounting only, or Filter refuses the shared pod.
+	fitArgs := scheme.DefaultGPUFitArgs()
+	fitArgs.AccountingOnlySharing = true
+	fitPl, err := gpufit.New(ctx, fitArgs, fh)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -139,8 +139,8 @@ func scheduledBy(t *testing.T, s *harness.Scope, pod string) string {
 	return who
 }
 
-// Whole and shared GPUs pack onto devices; every assignment fits the device.
-// The whole GPUs go first: where the shares go among free devices depends
+// Whole and shared GPUs fill two nodes' devices to 85%: every assignment
+// fits its device, none is booked twice. The whole GPUs go first: where the shares go among free devices depends
 // on the learned target, that is on every pod the scheduler has seen (after
 // a run of 600m shares, spreading 300m ones keeps devices that fit 600m,
 // as FGD means it to), so the test does not rest on it.
