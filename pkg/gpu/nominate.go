@@ -23,6 +23,17 @@ func (t *Tracker) Nominate(uid types.UID, node string, c Choice) {
 // Denominate forgets a nomination (the pod is bound, or gone).
 func (t *Tracker) Denominate(uid types.UID) { t.nominated.Delete(uid) }
 
+// Nomination returns a nominated pod's node and the devices held for it
+// there.
+func (t *Tracker) Nomination(uid types.UID) (string, Choice, bool) {
+	v, ok := t.nominated.Load(uid)
+	if !ok {
+		return "", Choice{}, false
+	}
+	n := v.(nomination)
+	return n.node, n.choice, true
+}
+
 // Nominated returns the devices held for a nominated pod on node.
 func (t *Tracker) Nominated(uid types.UID, node string) (Choice, bool) {
 	v, ok := t.nominated.Load(uid)

@@ -122,12 +122,29 @@ func (pl *GPUPreemption) PostFilter(ctx context.Context, state fwk.CycleState, p
 	pl.plans.Clear()
 	defer pl.plans.Clear()
 	t := pl.shared.Tracker()
+	var held struct {
+		node   string
+		choice gpu.Choice
+		ok     bool
+	}
 	if t != nil {
-		// Whatever an earlier preemption freed for it no longer holds.
+		// Whatever an earlier preemption freed for it no longer holds,
+		// unless upstream leaves its nomination as it is.
+		held.node, held.choice, held.ok = t.Nomination(pod.UID)
 		t.Denominate(pod.UID)
 	}
 	res, status := pl.DefaultPreemption.PostFilter(ctx, state, pod, m)
-	if res == nil || res.NominatingInfo == nil || res.NominatedNodeName == "" {
+	if res == nil || res.NominatingInfo.Mode() == fwk.ModeNoop {
+		// No change (a victim on the nominated node is still terminating,
+		// or the preemption failed): the pod stays nominated there, and
+		// the very devices its victims free stay held for it, not the
+		// tightest free ones the nominee fallback would pick.
+		if t != nil && held.ok {
+			t.Nominate(pod.UID, held.node, held.choice)
+		}
+		return res, status
+	}
+	if res.NominatedNodeName == "" {
 		return res, status
 	}
 	if t != nil {

@@ -249,3 +249,74 @@ func equal(a, b map[string][]string) bool {
 	}
 	return true
 }
+
+// A nominated preemptor retried while its victim still terminates: upstream
+// changes nothing ("a terminating pod on the nominated node"), and the
+// devices the victim frees stay held for the preemptor, not dropped for the
+// nominee fallback's tightest free ones.
+func TestHoldKeptWhileVictimsTerminate(t *testing.T) {
+	metrics.Register()
+	logger, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	nodes := []*v1.Node{gpuNode("n1", "2")}
+	victim := share("victim", "n1", 1, 600, 0)
+	victim.DeletionTimestamp = &metav1.Time{Time: epoch}
+	victim.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: v1.PodReasonPreemptionByScheduler}}
+	other := share("other", "n1", 0, 300, 1)
+	pod := preemptor("p", "", 500)
+	pod.Status.NominatedNodeName = "n1"
+	pods := []*v1.Pod{victim, other}
+	cs := clientsetfake.NewClientset(pod, victim, other, nodes[0])
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	args := scheme.DefaultGPUFitArgs()
+	args.AccountingOnlySharing = true
+	args.Requeue.Enabled = false
+	gpuFit := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		return gpufit.New(ctx, args, h)
+	}
+	snapshot := internalcache.NewSnapshot(pods, nodes)
+	fh, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
+		tf.RegisterPluginAsExtensions(gpufit.Name, gpuFit, "Filter", "PreFilter"),
+		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
+		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
+	}, "",
+		frameworkruntime.WithClientSet(cs),
+		frameworkruntime.WithPodNominator(internalqueue.NewSchedulingQueue(nil, factory)),
+		frameworkruntime.WithSnapshotSharedLister(snapshot),
+		frameworkruntime.WithMutableSnapshotLister(snapshot),
+		frameworkruntime.WithInformerFactory(factory),
+		frameworkruntime.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := New(ctx, nil, fh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	gp := pl.(*GPUPreemption)
+	tr := gp.shared.Tracker()
+	if tr == nil {
+		t.Fatal("no tracker: GPUFit is not in the profile")
+	}
+	// The first preemption chose device 1, the victim's.
+	freed := gpu.Choice{Mask: 1 << 1, Milli: 500}
+	tr.Nominate(pod.UID, "n1", freed)
+
+	state := framework.NewCycleState()
+	if _, s, _ := fh.RunPreFilterPlugins(ctx, state, pod); !s.IsSuccess() {
+		t.Fatalf("PreFilter: %v", s)
+	}
+	m := framework.NewDefaultNodeToStatus()
+	m.Set("n1", fwk.NewStatus(fwk.Unschedulable, "no device with 500 milli free"))
+	res, status := gp.PostFilter(ctx, state, pod, m)
+	if res != nil && res.NominatingInfo.Mode() != fwk.ModeNoop {
+		t.Fatalf("upstream changed the nomination: %+v (%v)", res.NominatingInfo, status)
+	}
+	node, got, ok := tr.Nomination(pod.UID)
+	if !ok || node != "n1" || got.Mask != 1<<1 || got.Milli != 500 {
+		t.Errorf("held %v on %q (%v), want device 1 on n1 (status %v)", got, node, ok, status)
+	}
+}
