@@ -158,13 +158,16 @@ func TestDeviceLevelVictims(t *testing.T) {
 		pods  []*v1.Pod
 		pdbs  []*policy.PodDisruptionBudget
 		want  map[string][]string
+		// differs: plain upstream chooses otherwise (the case shows the
+		// planner at work, and fails without it).
+		differs bool
 	}{
 		// Upstream reprieves the oldest share first, on device 0, and then
 		// needs both shares of device 1.
 		"whole GPU: the share alone on its device": {
 			pod: preemptor("p", "1", 0), nodes: n1,
 			pods: []*v1.Pod{share("old", "n1", 0, 300, 0), share("b", "n1", 1, 300, 1), share("c", "n1", 1, 300, 2)},
-			want: map[string][]string{"n1": {"old"}},
+			want: map[string][]string{"n1": {"old"}}, differs: true,
 		},
 		// Upstream reprieves by age: it keeps a, e and b, then cannot keep c
 		// or d. One pod, e, frees enough on its own.
@@ -172,7 +175,7 @@ func TestDeviceLevelVictims(t *testing.T) {
 			pod: preemptor("p", "", 500), nodes: n1,
 			pods: []*v1.Pod{share("a", "n1", 0, 200, 0), share("e", "n1", 1, 700, 1), share("b", "n1", 0, 200, 2),
 				share("c", "n1", 0, 200, 3), share("d", "n1", 0, 200, 4)},
-			want: map[string][]string{"n1": {"e"}},
+			want: map[string][]string{"n1": {"e"}}, differs: true,
 		},
 		"share: the smallest pod that frees enough": {
 			pod: preemptor("p", "", 300), nodes: n1,
@@ -200,6 +203,18 @@ func TestDeviceLevelVictims(t *testing.T) {
 			pdbs: []*policy.PodDisruptionBudget{pdb("app", "guarded", 1)},
 			want: map[string][]string{"n1": {"a"}},
 		},
+		// Three devices with one, one and two shares. The lone z is the
+		// cheapest by milli but its budget allows no disruption: the plan
+		// takes w (a planner blind to budgets would take z). Upstream
+		// reprieves the oldest first, z and w, and then needs x and y.
+		"a budget: the other lone share, where upstream takes two": {
+			pod: preemptor("p", "1", 0), nodes: []*v1.Node{gpuNode("n1", "3")},
+			pods: []*v1.Pod{
+				withLabel(share("z", "n1", 0, 200, 0), "app", "guarded"), share("w", "n1", 2, 300, 1),
+				share("x", "n1", 1, 300, 2), share("y", "n1", 1, 300, 3)},
+			pdbs: []*policy.PodDisruptionBudget{pdb("app", "guarded", 0)},
+			want: map[string][]string{"n1": {"w"}}, differs: true,
+		},
 		// Nothing to plan: upstream's choice (want nil).
 		"CPU-only preemptor": {
 			pod: st.MakePod().Namespace("ns").Name("p").UID("p").Priority(1000).Req(map[v1.ResourceName]string{v1.ResourceCPU: "63"}).Obj(), nodes: n1,
@@ -217,6 +232,9 @@ func TestDeviceLevelVictims(t *testing.T) {
 			}
 			if !equal(got, want) {
 				t.Errorf("victims %v, want %v", got, want)
+			}
+			if tc.differs && equal(up, want) {
+				t.Errorf("upstream chooses %v too: the case cannot fail without the planner", up)
 			}
 		})
 	}
