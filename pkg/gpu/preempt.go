@@ -64,7 +64,10 @@ const exhaustiveSets = 4096
 // held by a pod that is no victim never. Victims that hold no GPU are not
 // its concern (the scheduler's filters judge the rest). allowed is each
 // PodDisruptionBudget's disruptions allowed. ok is false when no eviction
-// of the victims makes room, or when the node's GPUs need none.
+// of the victims makes room, or when the node's GPUs need none. pods may
+// include other pods nominated to the node (unbound, as important as the
+// preemptor: the scheduler's filters count them in): what is held for them
+// is no one's to free.
 func (t *Tracker) PlanEviction(node *v1.Node, pods []*v1.Pod, r *Request, victims map[types.UID]Victim, allowed []int32) (Eviction, bool) {
 	hs, st := t.Explain(node, pods)
 	out, devices, milli, fitsNow := st.fit(r)
@@ -73,6 +76,15 @@ func (t *Tracker) PlanEviction(node *v1.Node, pods []*v1.Pod, r *Request, victim
 	}
 	var on [MaxDevices][]int // the holdings on each device
 	var blocked uint64       // devices a pod that is no victim holds
+	if bound := slices.DeleteFunc(slices.Clone(pods), func(p *v1.Pod) bool { return p.Spec.NodeName == "" }); len(bound) < len(pods) {
+		// Devices (or parts of them) held for other nominees.
+		_, bare := t.Explain(node, bound)
+		for i := 0; i < int(st.Count); i++ {
+			if st.Free[i] < bare.Free[i] {
+				blocked |= 1 << uint(i)
+			}
+		}
+	}
 	for k := range hs {
 		_, victim := victims[hs[k].UID]
 		for m := hs[k].Mask; m != 0; m &= m - 1 {

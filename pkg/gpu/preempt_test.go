@@ -316,3 +316,39 @@ func TestRoomAndKinds(t *testing.T) {
 		t.Errorf("kinds %q, want %q", kinds, want)
 	}
 }
+
+// Devices held for another nominee of the node are no one's to free: the
+// plan clears another device, or none.
+func TestPlanEvictionLeavesNomineesDevices(t *testing.T) {
+	n := node("n", 2, 2, nil)
+	pods := []*v1.Pod{share("a", 0, 300), share("b", 1, 300), share("c", 1, 300)}
+	victims := map[types.UID]Victim{"a": {}, "b": {}, "c": {}}
+	other := gpuPod("other", "other", 1, nil)
+	other.Status.NominatedNodeName = "n"
+	for name, tc := range map[string]struct {
+		held uint64 // the device the other nominee's preemption freed for it
+		want []string
+	}{
+		"none held: the device with one share":   {want: []string{"a"}},
+		"device 0 held: the other device":        {held: 1 << 0, want: []string{"b", "c"}},
+		"device 1 held: the device of one share": {held: 1 << 1, want: []string{"a"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tr := NewTracker(DefaultNodeOptions)
+			in := pods
+			if tc.held != 0 {
+				tr.Nominate(other.UID, "n", Choice{Mask: tc.held, Milli: MilliPerGPU})
+				in = append(slices.Clone(pods), other)
+			}
+			e, ok := tr.PlanEviction(n, in, &Request{Count: 1}, victims, nil)
+			var got []string
+			for _, u := range e.UIDs {
+				got = append(got, string(u))
+			}
+			slices.Sort(got)
+			if !ok || !slices.Equal(got, tc.want) {
+				t.Errorf("plan %v (%v, %s), want %v", got, ok, e.Why, tc.want)
+			}
+		})
+	}
+}

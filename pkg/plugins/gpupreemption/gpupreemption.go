@@ -18,6 +18,7 @@ package gpupreemption
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -191,8 +192,25 @@ func (pl *GPUPreemption) SelectVictimsOnNode(ctx context.Context, cs fwk.CycleSt
 			}
 		}
 	}
+	// The other nominees as important count in, as in the filters of the
+	// dry run: the devices held for them are not the preemptor's to free.
+	in := before
+	for _, np := range pl.handle.NominatedPodsForNode(node.Name) {
+		o := np.GetPod()
+		if o.UID == preemptor.UID || o.Spec.NodeName != "" || corev1helpers.PodPriority(o) < prio {
+			continue
+		}
+		// The accounting counts a pod as a nominee by its status or by
+		// what a preemption held for it.
+		if _, held := t.Nominated(o.UID, node.Name); held || o.Status.NominatedNodeName == node.Name {
+			if len(in) == len(before) {
+				in = slices.Clone(before)
+			}
+			in = append(in, o)
+		}
+	}
 	p := &plan{preemptor: preemptor.UID}
-	e, planned := t.PlanEviction(node, before, req, candidates, allowed)
+	e, planned := t.PlanEviction(node, in, req, candidates, allowed)
 	if planned {
 		p.victims = make(map[types.UID]bool, len(e.UIDs))
 		for _, uid := range e.UIDs {
