@@ -181,3 +181,19 @@ func untaintReady(ctx context.Context, client kubernetes.Interface, cur *v1.Node
 		return err
 	})
 }
+
+// Demo is a small, realistic fleet: CPU-only nodes and 1-, 2-, 4- and 8-GPU
+// nodes of several models, one with an unhealthy device; l4-0 and a100-0 run
+// HAMi's device plugin (split 10), so that shares have somewhere to go.
+func Demo() []Node {
+	return []Node{
+		{Name: "cpu-0", CPU: "32", Memory: "128Gi"},
+		{Name: "cpu-1", CPU: "32", Memory: "128Gi"},
+		{Name: "t4-0", CPU: "16", Memory: "64Gi", GPUs: 1, Model: "Tesla-T4", MemoryMiB: 15360},
+		{Name: "t4-1", CPU: "32", Memory: "128Gi", GPUs: 2, Model: "Tesla-T4", MemoryMiB: 15360},
+		{Name: "l4-0", CPU: "48", Memory: "192Gi", GPUs: 4, Model: "NVIDIA-L4", MemoryMiB: 23034, HAMiSplit: 10},
+		{Name: "a100-0", CPU: "96", Memory: "1Ti", GPUs: 8, Model: "NVIDIA-A100-SXM4-80GB", MemoryMiB: 81920, HAMiSplit: 10},
+		{Name: "a100-1", CPU: "96", Memory: "1Ti", GPUs: 8, Unhealthy: 1, Model: "NVIDIA-A100-SXM4-80GB", MemoryMiB: 81920},
+		{Name: "h100-0", CPU: "112", Memory: "2Ti", GPUs: 8, Model: "NVIDIA-H100-80GB-HBM3", MemoryMiB: 81559},
+	}
+}
