@@ -76,12 +76,13 @@ func (t *Tracker) PlanEviction(node *v1.Node, pods []*v1.Pod, r *Request, victim
 	}
 	var on [MaxDevices][]int // the holdings on each device
 	var blocked uint64       // devices a pod that is no victim holds
-	if bound := slices.DeleteFunc(slices.Clone(pods), func(p *v1.Pod) bool { return p.Spec.NodeName == "" }); len(bound) < len(pods) {
-		// Devices (or parts of them) held for other nominees.
-		_, bare := t.Explain(node, bound)
-		for i := 0; i < int(st.Count); i++ {
-			if st.Free[i] < bare.Free[i] {
-				blocked |= 1 << uint(i)
+	for _, p := range pods {
+		// The devices a preemption freed for another nominee are its, even
+		// while its victims still hold them. A nominee without that record
+		// holds wherever it fits now, which may change: verify judges it.
+		if p.Spec.NodeName == "" {
+			if c, here := t.Nominated(p.UID, node.Name); here {
+				blocked |= c.Mask
 			}
 		}
 	}

@@ -352,3 +352,31 @@ func TestPlanEvictionLeavesNomineesDevices(t *testing.T) {
 		})
 	}
 }
+
+// A device held for a nominee is blocked even while its victim still fills
+// it; a nominee known only by its status blocks nothing (it holds wherever
+// it fits now, which verify judges).
+func TestPlanEvictionNomineeRecords(t *testing.T) {
+	n := node("n", 2, 2, nil)
+	// v (the nominee's victim, still terminating) fills device 0.
+	tr := NewTracker(DefaultNodeOptions)
+	nominee := gpuPod("nominee", "nominee", 1, nil)
+	nominee.Status.NominatedNodeName = "n"
+	tr.Nominate(nominee.UID, "n", Choice{Mask: 1 << 0, Milli: MilliPerGPU})
+	pods := []*v1.Pod{whole("v", 0), share("w", 1, 300), nominee}
+	e, ok := tr.PlanEviction(n, pods, &Request{Count: 1}, map[types.UID]Victim{"v": {}, "w": {Priority: 5}}, nil)
+	if !ok || !slices.Equal(e.UIDs, []types.UID{"w"}) {
+		t.Errorf("held device still filled: plan %v (%v, %s), want [w]", e.UIDs, ok, e.Why)
+	}
+
+	// Three devices: x alone on 0, y (stays) on 1, z1 and z2 on 2; a 300m
+	// nominee with no record fits on device 1 beside y.
+	n3 := node("n", 3, 3, nil)
+	status := gpuPod("status", "status", 0, map[string]string{AnnotationMilli: "300"})
+	status.Status.NominatedNodeName = "n"
+	pods = []*v1.Pod{share("x", 0, 600), share("y", 1, 300), share("z1", 2, 300), share("z2", 2, 300), status}
+	e, ok = NewTracker(DefaultNodeOptions).PlanEviction(n3, pods, &Request{Count: 1}, map[types.UID]Victim{"x": {}, "z1": {}, "z2": {}}, nil)
+	if !ok || !slices.Equal(e.UIDs, []types.UID{"x"}) {
+		t.Errorf("status-only nominee: plan %v (%v, %s), want [x]", e.UIDs, ok, e.Why)
+	}
+}

@@ -123,27 +123,18 @@ func (pl *GPUPreemption) PostFilter(ctx context.Context, state fwk.CycleState, p
 	pl.plans.Clear()
 	defer pl.plans.Clear()
 	t := pl.shared.Tracker()
-	var held struct {
-		node   string
-		choice gpu.Choice
-		ok     bool
-	}
-	if t != nil {
-		// Whatever an earlier preemption freed for it no longer holds,
-		// unless upstream leaves its nomination as it is.
-		held.node, held.choice, held.ok = t.Nomination(pod.UID)
-		t.Denominate(pod.UID)
-	}
 	res, status := pl.DefaultPreemption.PostFilter(ctx, state, pod, m)
 	if res == nil || res.NominatingInfo.Mode() == fwk.ModeNoop {
 		// No change (a victim on the nominated node is still terminating,
 		// or the preemption failed): the pod stays nominated there, and
 		// the very devices its victims free stay held for it, not the
-		// tightest free ones the nominee fallback would pick.
-		if t != nil && held.ok {
-			t.Nominate(pod.UID, held.node, held.choice)
-		}
+		// tightest free ones the nominee fallback would pick. (Its own
+		// record is not read in its dry run: it is no nominee of its own.)
 		return res, status
+	}
+	if t != nil {
+		// Whatever an earlier preemption freed for it no longer holds.
+		t.Denominate(pod.UID)
 	}
 	if res.NominatedNodeName == "" {
 		return res, status

@@ -271,17 +271,37 @@ func equal(a, b map[string][]string) bool {
 // A nominated preemptor retried while its victim still terminates: upstream
 // changes nothing ("a terminating pod on the nominated node"), and the
 // devices the victim frees stay held for the preemptor, not dropped for the
-// nominee fallback's tightest free ones.
+// nominee fallback's tightest free ones. When upstream clears the
+// nomination (nothing can be evicted any more), the hold goes with it.
 func TestHoldKeptWhileVictimsTerminate(t *testing.T) {
 	metrics.Register()
+	for name, tc := range map[string]struct {
+		terminating bool
+		priority    int32 // the victim's
+		keep        bool
+	}{
+		"victim terminating: held":           {terminating: true, keep: true},
+		"nothing to evict: cleared, dropped": {priority: 2000},
+	} {
+		t.Run(name, func(t *testing.T) {
+			testHold(t, tc.terminating, tc.priority, tc.keep)
+		})
+	}
+}
+
+func testHold(t *testing.T, terminating bool, priority int32, keep bool) {
 	logger, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	nodes := []*v1.Node{gpuNode("n1", "2")}
 	victim := share("victim", "n1", 1, 600, 0)
-	victim.DeletionTimestamp = &metav1.Time{Time: epoch}
-	victim.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: v1.PodReasonPreemptionByScheduler}}
+	victim.Spec.Priority = &priority
+	if terminating {
+		victim.DeletionTimestamp = &metav1.Time{Time: epoch}
+		victim.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: v1.PodReasonPreemptionByScheduler}}
+	}
 	other := share("other", "n1", 0, 300, 1)
+	other.Spec.Priority = &priority
 	pod := preemptor("p", "", 500)
 	pod.Status.NominatedNodeName = "n1"
 	pods := []*v1.Pod{victim, other}
@@ -330,11 +350,15 @@ func TestHoldKeptWhileVictimsTerminate(t *testing.T) {
 	m := framework.NewDefaultNodeToStatus()
 	m.Set("n1", fwk.NewStatus(fwk.Unschedulable, "no device with 500 milli free"))
 	res, status := gp.PostFilter(ctx, state, pod, m)
-	if res != nil && res.NominatingInfo.Mode() != fwk.ModeNoop {
-		t.Fatalf("upstream changed the nomination: %+v (%v)", res.NominatingInfo, status)
+	changed := res != nil && res.NominatingInfo.Mode() != fwk.ModeNoop
+	if changed == keep {
+		t.Fatalf("nomination changed: %v, want %v (%+v, %v)", changed, !keep, res, status)
 	}
 	node, got, ok := tr.Nomination(pod.UID)
-	if !ok || node != "n1" || got.Mask != 1<<1 || got.Milli != 500 {
+	if keep && (!ok || node != "n1" || got.Mask != 1<<1 || got.Milli != 500) {
 		t.Errorf("held %v on %q (%v), want device 1 on n1 (status %v)", got, node, ok, status)
+	}
+	if !keep && ok {
+		t.Errorf("still held %v on %q after the nomination was cleared (status %v)", got, node, status)
 	}
 }
