@@ -14,6 +14,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	clientsetfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -72,7 +73,7 @@ func preemptor(name string, gpus string, milli int) *v1.Pod {
 // dry run chooses, on a real framework with GPUFit and NodeResourcesFit.
 func dryRun(t *testing.T, build func(ctx context.Context, h fwk.Handle) *preemption.Evaluator, pod *v1.Pod, nodes []*v1.Node, pods []*v1.Pod, pdbs []*policy.PodDisruptionBudget) map[string][]string {
 	t.Helper()
-	logger, ctx := ktesting.NewTestContext(t)
+	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	objs := []runtime.Object{pod}
@@ -82,30 +83,7 @@ func dryRun(t *testing.T, build func(ctx context.Context, h fwk.Handle) *preempt
 	for _, n := range nodes {
 		objs = append(objs, n)
 	}
-	cs := clientsetfake.NewClientset(objs...)
-	factory := informers.NewSharedInformerFactory(cs, 0)
-	args := scheme.DefaultGPUFitArgs()
-	args.AccountingOnlySharing = true
-	args.Requeue.Enabled = false
-	gpuFit := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-		return gpufit.New(ctx, args, h)
-	}
-	snapshot := internalcache.NewSnapshot(pods, nodes)
-	fh, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
-		tf.RegisterPluginAsExtensions(noderesources.Name, frameworkruntime.FactoryAdapter(feature.Features{}, noderesources.NewFit), "Filter", "PreFilter"),
-		tf.RegisterPluginAsExtensions(gpufit.Name, gpuFit, "Filter", "PreFilter"),
-		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
-		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
-	}, "",
-		frameworkruntime.WithClientSet(cs),
-		frameworkruntime.WithPodNominator(internalqueue.NewSchedulingQueue(nil, factory)),
-		frameworkruntime.WithSnapshotSharedLister(snapshot),
-		frameworkruntime.WithMutableSnapshotLister(snapshot),
-		frameworkruntime.WithInformerFactory(factory),
-		frameworkruntime.WithLogger(logger))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fh, snapshot, factory := newFramework(ctx, t, pods, nodes, objs...)
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
 	ev := build(ctx, fh)
@@ -130,6 +108,38 @@ func dryRun(t *testing.T, build func(ctx context.Context, h fwk.Handle) *preempt
 		}
 	}
 	return got
+}
+
+// newFramework is a real framework with NodeResourcesFit and GPUFit over
+// the given snapshot, its informers fed by a fake clientset of objs (not
+// started: plugins built on it register theirs first).
+func newFramework(ctx context.Context, t *testing.T, pods []*v1.Pod, nodes []*v1.Node, objs ...runtime.Object) (framework.Framework, *internalcache.Snapshot, informers.SharedInformerFactory) {
+	t.Helper()
+	cs := clientsetfake.NewClientset(objs...)
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	args := scheme.DefaultGPUFitArgs()
+	args.AccountingOnlySharing = true
+	args.Requeue.Enabled = false
+	gpuFit := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		return gpufit.New(ctx, args, h)
+	}
+	snapshot := internalcache.NewSnapshot(pods, nodes)
+	fh, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
+		tf.RegisterPluginAsExtensions(noderesources.Name, frameworkruntime.FactoryAdapter(feature.Features{}, noderesources.NewFit), "Filter", "PreFilter"),
+		tf.RegisterPluginAsExtensions(gpufit.Name, gpuFit, "Filter", "PreFilter"),
+		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
+		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
+	}, "",
+		frameworkruntime.WithClientSet(cs),
+		frameworkruntime.WithPodNominator(internalqueue.NewSchedulingQueue(nil, factory)),
+		frameworkruntime.WithSnapshotSharedLister(snapshot),
+		frameworkruntime.WithMutableSnapshotLister(snapshot),
+		frameworkruntime.WithInformerFactory(factory),
+		frameworkruntime.WithLogger(klog.FromContext(ctx)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fh, snapshot, factory
 }
 
 func ours(ctx context.Context, h fwk.Handle) *preemption.Evaluator {
@@ -290,7 +300,7 @@ func TestHoldKeptWhileVictimsTerminate(t *testing.T) {
 }
 
 func testHold(t *testing.T, terminating bool, priority int32, keep bool) {
-	logger, ctx := ktesting.NewTestContext(t)
+	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	nodes := []*v1.Node{gpuNode("n1", "2")}
@@ -305,29 +315,7 @@ func testHold(t *testing.T, terminating bool, priority int32, keep bool) {
 	pod := preemptor("p", "", 500)
 	pod.Status.NominatedNodeName = "n1"
 	pods := []*v1.Pod{victim, other}
-	cs := clientsetfake.NewClientset(pod, victim, other, nodes[0])
-	factory := informers.NewSharedInformerFactory(cs, 0)
-	args := scheme.DefaultGPUFitArgs()
-	args.AccountingOnlySharing = true
-	args.Requeue.Enabled = false
-	gpuFit := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-		return gpufit.New(ctx, args, h)
-	}
-	snapshot := internalcache.NewSnapshot(pods, nodes)
-	fh, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
-		tf.RegisterPluginAsExtensions(gpufit.Name, gpuFit, "Filter", "PreFilter"),
-		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
-		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
-	}, "",
-		frameworkruntime.WithClientSet(cs),
-		frameworkruntime.WithPodNominator(internalqueue.NewSchedulingQueue(nil, factory)),
-		frameworkruntime.WithSnapshotSharedLister(snapshot),
-		frameworkruntime.WithMutableSnapshotLister(snapshot),
-		frameworkruntime.WithInformerFactory(factory),
-		frameworkruntime.WithLogger(logger))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fh, _, factory := newFramework(ctx, t, pods, nodes, pod, victim, other, nodes[0])
 	pl, err := New(ctx, nil, fh)
 	if err != nil {
 		t.Fatal(err)
