@@ -221,7 +221,7 @@ NODES ?= 5000
 PODS ?= 10000
 bench-throughput: binaries
 	$(GO) test -count=1 -timeout 90m -run '^$$' -bench 'BenchmarkThroughput' -benchtime 1x ./test/bench/ \
-		-args -nodes $(NODES) -pods $(PODS) $(if $(ROUNDS),-rounds $(ROUNDS)) $(if $(PPROF),-pprof $(abspath $(PPROF))) $(if $(JSON),-json $(abspath $(JSON))) $(BENCH_ARGS) \
+		-args -nodes $(NODES) -pods $(PODS) $(if $(ROUNDS),-rounds $(ROUNDS)) $(if $(PPROF),-pprof $(abspath $(PPROF))) $(if $(JSON),-json $(abspath $(JSON))) $(if $(MAX_CPU_RATIO),-max-cpu-ratio $(MAX_CPU_RATIO)) $(BENCH_ARGS) \
 		2>&1 | grep -vE '^[IWE][0-9]{4} ' ; exit $${PIPESTATUS[0]}
 
 # The stream of GPU pods that fit, bound quiet and under churn (a backlog of

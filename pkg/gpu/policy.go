@@ -412,6 +412,17 @@ func (sc Scoring) CPUOnlyQuick(hasGPU bool, node string, cpuFree, memFree int64,
 	return sc.cpuOnlyQuick(p, hasGPU, prio, cpuFree, memFree, r, wl)
 }
 
+// CPUOnlyNeedsState reports whether a CPU-only pod's score on a GPU node
+// reads the device state (its idle GPU), so that asking CPUOnlyQuick first
+// would be wasted.
+func (sc Scoring) CPUOnlyNeedsState(wl *Workload) bool {
+	p := sc.Policy
+	if p == Fragmentation && wl == nil {
+		p = BestFit
+	}
+	return sc.needsIdle(p)
+}
+
 // cpuOnlyQuick is the part of cpuOnlyScore that needs no device state: a
 // node without GPUs, or, under Fragmentation, a GPU node where every GPU
 // task still fits in the CPU and memory the pod leaves, so that F is

@@ -55,6 +55,22 @@ type slot struct {
 	pending map[types.UID]pendingPod
 	version atomic.Uint64
 	cached  atomic.Pointer[NodeState]
+	// base is what cached was computed from, for Build's increment.
+	base atomic.Pointer[buildBase]
+}
+
+// buildBase is the input of a built state: the node object, and which of
+// its pods the device accounting reads (relevant), in order.
+type buildBase struct {
+	node *v1.Node
+	pods []*v1.Pod
+	// rel has bit i set when pods[i] is relevant.
+	rel []uint64
+	// relPods are the relevant pods, in order.
+	relPods []*v1.Pod
+	// unbound: a relevant pod is not bound, and counts by a nomination
+	// that can change without the pod changing.
+	unbound bool
 }
 
 type stateKey struct {
@@ -278,16 +294,93 @@ func (t *Tracker) Unchanged(node string, st *NodeState, now time.Time) bool {
 // reservations, caches it under the generation, and returns it. cpuFree is
 // the node's allocatable CPU minus what its pods request, memFree the same
 // for memory in MiB.
+//
+// The step from the previous build is an increment: pods seen before (the
+// same object at the same place in the list) are not parsed again, and when
+// the relevant pods (those that use a GPU, or are not bound) are the same
+// objects in the same order, the devices are as before and only the CPU and
+// memory left change. A CPU pod's bind so costs one pointer comparison per
+// pod, never a parse.
 func (t *Tracker) Build(node *v1.Node, generation int64, pods []*v1.Pod, cpuFree, memFree int64) *NodeState {
-	st := t.Compute(node, pods, cpuFree, memFree, "", true)
 	s := t.slot(node.Name, true)
+	prev := s.base.Load()
+	if prev != nil && prev.node != node {
+		prev = nil // the inventory may have changed: parse everything again
+	}
+	b := t.classify(prev, node, pods)
+	var st *NodeState
+	if old := s.cached.Load(); prev != nil && old != nil && !b.unbound && sameSeq(prev.relPods, b.relPods) &&
+		!old.key.held && old.key.until == 0 && old.key.version == s.version.Load() && !old.TooMany() {
+		st = old.Clone()
+		st.CPUFree, st.MemFree = cpuFree, memFree
+		st.key = old.key
+		buildStats.reused.Add(1)
+	} else {
+		st = t.compute(node, pods, cpuFree, memFree, "", true, nil, b.rel)
+		buildStats.computed.Add(1)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st.key.version == s.version.Load() {
 		st.key.generation = generation
 		s.cached.Store(st)
+		s.base.Store(b)
 	}
 	return st
+}
+
+// buildStats counts Build's work (Builds).
+var buildStats struct{ reused, computed, parsed, read atomic.Uint64 }
+
+// BuildStats is what Build did since the process started.
+type BuildStats struct {
+	// Reused: builds that kept the previous devices; Computed: builds that
+	// computed them.
+	Reused, Computed uint64
+	// Parsed: pods parsed to tell whether they use a GPU (those not seen
+	// before); Read: pods the device accounting read in the builds that
+	// computed (the relevant ones; every pod while reservations are held).
+	Parsed, Read uint64
+}
+
+// Builds reports Build's work: what the per-node cost guard counts.
+func Builds() BuildStats {
+	return BuildStats{buildStats.reused.Load(), buildStats.computed.Load(), buildStats.parsed.Load(), buildStats.read.Load()}
+}
+
+// classify marks which pods the device accounting reads, taking the answer
+// from prev for a pod object at the same place.
+func (t *Tracker) classify(prev *buildBase, node *v1.Node, pods []*v1.Pod) *buildBase {
+	b := &buildBase{node: node, pods: pods, rel: make([]uint64, (len(pods)+63)/64)}
+	parsed := 0
+	for i, p := range pods {
+		var r bool
+		if prev != nil && i < len(prev.pods) && prev.pods[i] == p {
+			r = prev.rel[i>>6]&(1<<(uint(i)&63)) != 0
+		} else {
+			r = p.Spec.NodeName == "" || UsesGPU(p, t.reqOpts)
+			parsed++
+		}
+		if r {
+			b.rel[i>>6] |= 1 << (uint(i) & 63)
+			b.relPods = append(b.relPods, p)
+			b.unbound = b.unbound || p.Spec.NodeName == ""
+		}
+	}
+	buildStats.parsed.Add(uint64(parsed))
+	return b
+}
+
+func sameSeq(a, b []*v1.Pod) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // Compute is Build without the cache. The pod with UID exclude, if any, is
@@ -299,7 +392,7 @@ func (t *Tracker) Build(node *v1.Node, generation int64, pods []*v1.Pod, cpuFree
 // when the snapshot shows the pod with its assignment (never from the
 // informer's view, which runs ahead of the snapshot), or when the pod is gone.
 func (t *Tracker) Compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64, exclude types.UID, snapshot bool) *NodeState {
-	return t.compute(node, pods, cpuFree, memFree, exclude, snapshot, nil)
+	return t.compute(node, pods, cpuFree, memFree, exclude, snapshot, nil, nil)
 }
 
 // Holding is how one pod is counted on a node (Explain).
@@ -334,7 +427,7 @@ const (
 // results (for the overcommit report and tools; it allocates).
 func (t *Tracker) Explain(node *v1.Node, pods []*v1.Pod) ([]Holding, *NodeState) {
 	var hs []Holding
-	st := t.compute(node, pods, 0, 0, "", false, &hs)
+	st := t.compute(node, pods, 0, 0, "", false, &hs, nil)
 	return hs, st
 }
 
@@ -448,7 +541,9 @@ func usesKnown(uses []DeviceUse, inv *Inventory) bool {
 	return len(uses) > 0
 }
 
-func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64, exclude types.UID, snapshot bool, explain *[]Holding) *NodeState {
+// rel, if not nil, marks the pods to read (classify): the others are CPU
+// pods, skipped without a parse unless reserved.
+func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64, exclude types.UID, snapshot bool, explain *[]Holding, rel []uint64) *NodeState {
 	s := t.slot(node.Name, true)
 	var done []types.UID
 	defer func() {
@@ -477,7 +572,13 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 		return len(*explain) - 1
 	}
 	var nominees []*v1.Pod
-	for _, pod := range pods {
+	read := 0
+	defer func() { buildStats.read.Add(uint64(read)) }()
+	for i, pod := range pods {
+		if rel != nil && rel[i>>6]&(1<<(uint(i)&63)) == 0 && len(s.reservations) == 0 {
+			continue
+		}
+		read++
 		if exclude != "" && pod.UID == exclude {
 			continue
 		}

@@ -84,10 +84,15 @@ type benchEnv struct {
 	pre    func(context.Context, fwk.CycleState, *v1.Pod)
 }
 
-func newBenchEnv(b *testing.B, policy gpu.Policy) *benchEnv {
+func newBenchEnv(b testing.TB, policy gpu.Policy) *benchEnv {
+	node, pods := benchNode()
+	return newEnvOn(b, policy, node, pods)
+}
+
+// newEnvOn is newBenchEnv on a node and pods of the caller's.
+func newEnvOn(b testing.TB, policy gpu.Policy, node *v1.Node, pods []*v1.Pod) *benchEnv {
 	metrics.Register()
 	ctx := klog.NewContext(context.Background(), klog.Background())
-	node, pods := benchNode()
 	snapshot := cache.NewSnapshot(pods, []*v1.Node{node})
 	client := fake.NewClientset()
 	fh, err := frameworkruntime.NewFramework(ctx, nil, nil,
@@ -117,7 +122,7 @@ func newBenchEnv(b *testing.B, policy gpu.Policy) *benchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ni, _ := snapshot.Get("gpu-8")
+	ni, _ := snapshot.Get(node.Name)
 	e := &benchEnv{fit: fitPl.(fwk.FilterPlugin), score: scorePl.(fwk.ScorePlugin), least: leastPl.(fwk.ScorePlugin), ni: ni, handle: fh}
 	e.pre = func(ctx context.Context, cs fwk.CycleState, pod *v1.Pod) {
 		fitPl.(fwk.PreFilterPlugin).PreFilter(ctx, cs, pod, nil)
@@ -319,5 +324,61 @@ func BenchmarkPreemptionFilter(b *testing.B) {
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/base, "x-baseline")
 			}
 		})
+	}
+}
+
+// BenchmarkNodeChange is the per-node cost of Filter and Score right after
+// the node changed (a CPU pod bound, then removed: each a new generation),
+// on a node with 5 and with 250 CPU pods beside its GPU pods; the 250-pod
+// run prints its ratio to the 5-pod one, measured in the same run. "none"
+// is the change alone (the scheduler's NodeInfo finds the pod to remove by
+// a scan of its pods).
+func BenchmarkNodeChange(b *testing.B) {
+	for _, kind := range []string{"none", "cpu", "shared", "whole"} {
+		var few float64
+		for _, n := range []int{5, 250} {
+			b.Run(fmt.Sprintf("%s/%d-pods", kind, n), func(b *testing.B) {
+				node, pods := withCPUPods(n)
+				e := newEnvOn(b, gpu.Fragmentation, node, pods)
+				ctx := klog.NewContext(context.Background(), klog.Background())
+				pod := benchPods[kind]
+				if kind == "none" {
+					pod = benchPods["cpu"]
+				}
+				cs := framework.NewCycleState()
+				e.pre(ctx, cs, pod)
+				bound, err := framework.NewPodInfo(cpuPodOn("bound", node.Name))
+				if err != nil {
+					b.Fatal(err)
+				}
+				call := func() {
+					if kind == "none" {
+						return
+					}
+					if kind != "cpu" {
+						e.fit.Filter(ctx, cs, pod, e.ni)
+					}
+					e.score.Score(ctx, cs, pod, e.ni)
+					e.least.Score(ctx, cs, pod, e.ni)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					e.ni.AddPodInfo(bound)
+					call()
+					if err := e.ni.RemovePod(klog.Background(), bound.GetPod()); err != nil {
+						b.Fatal(err)
+					}
+					call()
+				}
+				b.StopTimer()
+				ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+				if n == 5 {
+					few = ns
+				} else if few > 0 {
+					b.ReportMetric(ns/few, "x-5-pods")
+				}
+			})
+		}
 	}
 }

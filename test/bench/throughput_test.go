@@ -38,6 +38,7 @@ var (
 	tpWrite   = flag.String("assignment-write", "", "GPUFit assignmentWrite for gpu-scheduler (Bind, PreBind); empty: the shipped default")
 	tpRounds  = flag.Int("rounds", 1, "run the variants this many times, interleaved (a b c d a b c d ...), and report means")
 	tpWarmup  = flag.Bool("warmup", true, "run the first variant once, unrecorded, before measuring")
+	tpMaxCPU  = flag.Float64("max-cpu-ratio", 0, "fail when gpu-scheduler's CPU seconds per pod exceed this multiple of the vanilla scheduler's in the same run (b/a, c/d); 0: no check")
 )
 
 // Throughput is one variant's result, as upstream's SchedulingThroughput
@@ -126,15 +127,21 @@ func BenchmarkThroughput(b *testing.B) {
 	for k, r := range results {
 		out[k] = r
 	}
+	var cpuFailures []string
 	for _, pair := range [][2]string{{"b", "a"}, {"c", "d"}, {"e", "c"}} {
 		ours, base := results[pair[0]], results[pair[1]]
 		if ours == nil || base == nil {
 			continue
 		}
 		name := pair[0] + "_" + pair[1]
+		cpu := (ours.CPUSeconds / float64(ours.Pods)) / (base.CPUSeconds / float64(base.Pods))
 		out["ratio_"+name] = ours.Average / base.Average
 		out["rss_ratio_"+name] = ours.PeakRSSMiB / base.PeakRSSMiB
-		fmt.Printf("%s/%s = %.3f (throughput), %.2f (peak RSS)", pair[0], pair[1], ours.Average/base.Average, ours.PeakRSSMiB/base.PeakRSSMiB)
+		out["cpu_ratio_"+name] = cpu
+		fmt.Printf("%s/%s = %.3f (throughput), %.3f (CPU seconds per pod), %.2f (peak RSS)", pair[0], pair[1], ours.Average/base.Average, cpu, ours.PeakRSSMiB/base.PeakRSSMiB)
+		if *tpMaxCPU > 0 && pair[1] != "c" && cpu > *tpMaxCPU {
+			cpuFailures = append(cpuFailures, fmt.Sprintf("%s/%s: CPU seconds per pod %.3f times the vanilla scheduler's, over the limit of %.2f", pair[0], pair[1], cpu, *tpMaxCPU))
+		}
 		if n := len(rounds[pair[0]]); n > 1 && len(rounds[pair[1]]) == n {
 			per := make([]float64, n)
 			for i := range per {
@@ -149,6 +156,9 @@ func BenchmarkThroughput(b *testing.B) {
 		for k, v := range out {
 			writeJSON(b, *jsonOut, k, v)
 		}
+	}
+	for _, f := range cpuFailures {
+		b.Error(f)
 	}
 }
 

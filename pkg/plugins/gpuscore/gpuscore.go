@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -144,9 +145,7 @@ func (pl *GPUScore) Score(_ context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 	}
 	s := d.(*preScoreState)
 	if !s.req.HasGPU() {
-		if raw, ok := pl.shared.CPUOnlyScore(pl.scoring, nodeInfo, &s.req, s.wl); ok {
-			return raw, nil
-		}
+		return pl.shared.CPUOnlyScore(pl.scoring, nodeInfo, &s.req, s.wl), nil
 	}
 	st := pl.shared.ForPod(pl.handle, nodeInfo, pod, false)
 	_, raw, ok := pl.scoring.Evaluate(st, &s.req, s.wl)
@@ -177,9 +176,10 @@ func NormalizeByRank(scores fwk.NodeScoreList) {
 	if len(scores) == 0 {
 		return
 	}
-	raws := make([]int64, len(scores))
+	bp := rankBufs.Get().(*[]int64)
+	raws := (*bp)[:0]
 	for i := range scores {
-		raws[i] = scores[i].Score
+		raws = append(raws, scores[i].Score)
 	}
 	slices.Sort(raws)
 	raws = slices.Compact(raws)
@@ -188,4 +188,10 @@ func NormalizeByRank(scores fwk.NodeScoreList) {
 		rank := int64(len(raws) - 1 - idx)
 		scores[i].Score = max(fwk.MaxNodeScore-rank, fwk.MinNodeScore)
 	}
+	*bp = raws
+	rankBufs.Put(bp)
 }
+
+// rankBufs keeps NormalizeByRank's buffers: one per cycle would be garbage
+// as large as the nodes scored.
+var rankBufs = sync.Pool{New: func() any { return new([]int64) }}

@@ -347,15 +347,23 @@ func podsOf(nodeInfo fwk.NodeInfo) []*v1.Pod {
 	return pods
 }
 
-// CPUOnlyScore is the score of a CPU-only pod from the node's accounting
-// alone, when that decides (gpu.Scoring.CPUOnlyQuick): no device state.
-func (s *Shared) CPUOnlyScore(sc gpu.Scoring, nodeInfo fwk.NodeInfo, r *gpu.Request, wl *gpu.Workload) (int64, bool) {
-	var gpus int64
-	scalar := nodeInfo.GetAllocatable().GetScalarResources()
-	for _, name := range s.Tracker().Options().ResourceNames {
-		gpus += scalar[name]
+// CPUOnlyScore is the score of a CPU-only pod. It reads the node's cached
+// device state only when the policy needs its idle GPU, and never the
+// nominees: the pod takes no device, and they only move its least-idle
+// tie-break.
+func (s *Shared) CPUOnlyScore(sc gpu.Scoring, nodeInfo fwk.NodeInfo, r *gpu.Request, wl *gpu.Workload) int64 {
+	if !sc.CPUOnlyNeedsState(wl) {
+		var gpus int64
+		scalar := nodeInfo.GetAllocatable().GetScalarResources()
+		for _, name := range s.Tracker().Options().ResourceNames {
+			gpus += scalar[name]
+		}
+		if raw, ok := sc.CPUOnlyQuick(gpus > 0, nodeInfo.Node().Name, cpuFree(nodeInfo), memFree(nodeInfo), r, wl); ok {
+			return raw
+		}
 	}
-	return sc.CPUOnlyQuick(gpus > 0, nodeInfo.Node().Name, cpuFree(nodeInfo), memFree(nodeInfo), r, wl)
+	_, raw, _ := sc.Evaluate(s.State(nodeInfo), r, wl)
+	return raw
 }
 
 func cpuFree(nodeInfo fwk.NodeInfo) int64 {

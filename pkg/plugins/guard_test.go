@@ -1,0 +1,121 @@
+package plugins_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	st "k8s.io/kubernetes/pkg/scheduler/testing"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+)
+
+// withCPUPods is the bench node with n CPU-only pods beside its GPU pods.
+func withCPUPods(n int) (*v1.Node, []*v1.Pod) {
+	node, pods := benchNode()
+	for i := 0; i < n; i++ {
+		pods = append(pods, cpuPodOn(fmt.Sprintf("cpu-%d", i), node.Name))
+	}
+	return node, pods
+}
+
+func cpuPodOn(name, node string) *v1.Pod {
+	return st.MakePod().Name(name).UID(name).Namespace("default").Node(node).
+		Req(map[v1.ResourceName]string{v1.ResourceCPU: "100m", v1.ResourceMemory: "500Mi"}).Obj()
+}
+
+// nodeCost is what one pod's Filter and Score cost on a node: allocations
+// per call on a warm cache, and, over a CPU pod bound and removed again
+// (each a new generation of the node), allocations and Build's work per
+// change.
+type nodeCost struct {
+	warmAllocs, changeAllocs float64
+	perChange                gpu.BuildStats
+}
+
+func measureNodeCost(t testing.TB, kind string, cpuPods int) nodeCost {
+	node, pods := withCPUPods(cpuPods)
+	e := newEnvOn(t, gpu.Fragmentation, node, pods)
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	pod := benchPods[kind]
+	cs := framework.NewCycleState()
+	e.pre(ctx, cs, pod)
+	call := func() {
+		if kind != "cpu" {
+			if s := e.fit.Filter(ctx, cs, pod, e.ni); !s.IsSuccess() {
+				t.Fatal(s)
+			}
+		}
+		if _, s := e.score.Score(ctx, cs, pod, e.ni); !s.IsSuccess() {
+			t.Fatal(s)
+		}
+		if _, s := e.least.Score(ctx, cs, pod, e.ni); !s.IsSuccess() {
+			t.Fatal(s)
+		}
+	}
+	call()
+	var c nodeCost
+	c.warmAllocs = testing.AllocsPerRun(100, call)
+	bound, err := framework.NewPodInfo(cpuPodOn("bound", node.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	change := func() {
+		e.ni.AddPodInfo(bound)
+		call()
+		if err := e.ni.RemovePod(klog.Background(), bound.GetPod()); err != nil {
+			t.Fatal(err)
+		}
+		call()
+	}
+	change()
+	before := gpu.Builds()
+	const runs = 50
+	c.changeAllocs = testing.AllocsPerRun(runs, change) / 2
+	after := gpu.Builds()
+	changes := uint64(2 * (runs + 1)) // AllocsPerRun runs once more to warm up
+	c.perChange = gpu.BuildStats{
+		Reused: after.Reused - before.Reused, Computed: after.Computed - before.Computed,
+		Parsed: after.Parsed - before.Parsed, Read: after.Read - before.Read,
+	}
+	c.perChange.Reused /= changes
+	c.perChange.Computed /= changes
+	c.perChange.Parsed /= changes
+	c.perChange.Read /= changes
+	return c
+}
+
+// The per-node cost of our Filter and Score is counted, not timed: no
+// allocation on a warm cache, and after a CPU pod's bind on the node, the
+// same allocations and no more parsing on a node with 250 pods than on one
+// with 5; a CPU pod's bind keeps the node's devices (an increment, not a
+// rebuild). The throughput fall of issue 36 came from work that grew with
+// the pods on a node and from per-node work for pods that ask for no GPU.
+func TestPerNodeCostIndependentOfPods(t *testing.T) {
+	for _, kind := range []string{"cpu", "shared", "whole"} {
+		t.Run(kind, func(t *testing.T) {
+			few, many := measureNodeCost(t, kind, 5), measureNodeCost(t, kind, 250)
+			for _, c := range []struct {
+				pods int
+				nodeCost
+			}{{5, few}, {250, many}} {
+				if c.warmAllocs != 0 {
+					t.Errorf("%d pods: %.1f allocations per Filter and Score on a warm cache, want 0", c.pods, c.warmAllocs)
+				}
+				if c.perChange.Parsed > 1 {
+					t.Errorf("%d pods: %d pods parsed per change of the node, want at most the one bound", c.pods, c.perChange.Parsed)
+				}
+				if c.perChange.Reused != 1 || c.perChange.Computed != 0 {
+					t.Errorf("%d pods: a CPU pod's bind reused the devices %d times and computed them %d times per change, want 1 and 0",
+						c.pods, c.perChange.Reused, c.perChange.Computed)
+				}
+			}
+			if many.changeAllocs != few.changeAllocs {
+				t.Errorf("allocations per change of the node: %.1f with 250 pods, %.1f with 5", many.changeAllocs, few.changeAllocs)
+			}
+		})
+	}
+}
