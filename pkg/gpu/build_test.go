@@ -35,13 +35,15 @@ func TestBuildIncrement(t *testing.T) {
 		name   string
 		change func()
 		reused bool
+		// parsed is how many pods are parsed (-1: not checked).
+		parsed int
 	}{
-		{"first build", func() {}, false},
-		{"a CPU pod added", func() { pods = append(pods, cpu(5)) }, true},
-		{"a share added", func() { pods = append(pods, share) }, false},
-		{"CPU pods added after it", func() { pods = append(pods, cpu(6), cpu(7)) }, true},
-		{"a CPU pod removed (the last moves)", func() { remove(0) }, true},
-		{"a whole GPU added", func() { pods = append(pods, whole) }, false},
+		{"first build", func() {}, false, 5},
+		{"a CPU pod added", func() { pods = append(pods, cpu(5)) }, true, 1},
+		{"a share added", func() { pods = append(pods, share) }, false, 1},
+		{"CPU pods added after it", func() { pods = append(pods, cpu(6), cpu(7)) }, true, -1},
+		{"a CPU pod removed (the last moves)", func() { remove(0) }, true, -1},
+		{"a whole GPU added", func() { pods = append(pods, whole) }, false, -1},
 		{"the share removed (a CPU pod takes its place)", func() {
 			for i, p := range pods {
 				if p == share {
@@ -49,19 +51,19 @@ func TestBuildIncrement(t *testing.T) {
 					return
 				}
 			}
-		}, false},
+		}, false, -1},
 		{"a CPU pod's object replaced by a GPU pod's", func() {
 			p := pods[1].DeepCopy()
 			p.Annotations = map[string]string{AnnotationMilli: "500"}
 			pods[1] = p
-		}, false},
+		}, false, -1},
 		{"a GPU pod's object replaced, unchanged", func() {
 			for i, p := range pods {
 				if p == whole {
 					pods[i] = p.DeepCopy()
 				}
 			}
-		}, false},
+		}, false, -1},
 		{"the GPU pods reordered", func() {
 			var idx []int
 			for i, p := range pods {
@@ -70,18 +72,21 @@ func TestBuildIncrement(t *testing.T) {
 				}
 			}
 			pods[idx[0]], pods[idx[1]] = pods[idx[1]], pods[idx[0]]
-		}, false},
-		{"nothing but the generation", func() {}, true},
-		{"the node's object replaced", func() { n = n.DeepCopy() }, false},
-		{"a CPU pod added again", func() { pods = append(pods, cpu(8)) }, true},
+		}, false, -1},
+		{"nothing but the generation", func() {}, true, 0},
+		{"the node's object replaced", func() { n = n.DeepCopy() }, false, 0},
+		{"the node's devices changed", func() {
+			n = node("n1", 3, 4, nil)
+		}, false, 0},
+		{"a CPU pod added again", func() { pods = append(pods, cpu(8)) }, true, -1},
 		{"a reservation", func() {
 			tr.Reserve("n1", "r", Reservation{Namespace: "ns", Name: "r", Choice: Choice{Mask: 1, Milli: MilliPerGPU}})
-		}, false},
-		{"a CPU pod added while it holds", func() { pods = append(pods, cpu(9)) }, false},
-		{"the reservation dropped", func() { tr.Unreserve("r") }, false},
-		{"a CPU pod added after", func() { pods = append(pods, cpu(10)) }, true},
-		{"a pod not bound (a nominee)", func() { pods = append(pods, gpuPod("nom", "nom", 1, nil)) }, false},
-		{"a CPU pod added beside it", func() { pods = append(pods, cpu(11)) }, false},
+		}, false, -1},
+		{"a CPU pod added while it holds", func() { pods = append(pods, cpu(9)) }, false, -1},
+		{"the reservation dropped", func() { tr.Unreserve("r") }, false, -1},
+		{"a CPU pod added after", func() { pods = append(pods, cpu(10)) }, true, -1},
+		{"a pod not bound (a nominee)", func() { pods = append(pods, gpuPod("nom", "nom", 1, nil)) }, false, -1},
+		{"a CPU pod added beside it", func() { pods = append(pods, cpu(11)) }, false, -1},
 	}
 	for _, step := range steps {
 		step.change()
@@ -93,15 +98,49 @@ func TestBuildIncrement(t *testing.T) {
 		r0, c0, r1, c1 := b0.Reused, b0.Computed, b1.Reused, b1.Computed
 		want := tr.Compute(n, pods, cpuFree, memFree, "", true)
 		if got.Free != want.Free || got.Overcommitted != want.Overcommitted || got.CPUFree != want.CPUFree ||
-			got.MemFree != want.MemFree || !reflect.DeepEqual(got.Inventory, want.Inventory) {
+			got.MemFree != want.MemFree || !reflect.DeepEqual(got.Inventory, want.Inventory) || !reflect.DeepEqual(got.agent, want.agent) {
 			t.Errorf("%s: built free %v overcommitted %v cpu %d mem %d, computed afresh %v %v %d %d", step.name,
 				got.Free[:4], got.Overcommitted, got.CPUFree, got.MemFree, want.Free[:4], want.Overcommitted, want.CPUFree, want.MemFree)
 		}
 		if reused := r1-r0 == 1 && c1 == c0; reused != step.reused {
 			t.Errorf("%s: reused %v (reused %d, computed %d), want %v", step.name, reused, r1-r0, c1-c0, step.reused)
 		}
+		if parsed := b1.Parsed - b0.Parsed; step.parsed >= 0 && parsed != uint64(step.parsed) {
+			t.Errorf("%s: %d pods parsed, want %d", step.name, parsed, step.parsed)
+		}
 		if st := tr.Lookup("n1", gen); st != got {
 			t.Errorf("%s: the build is not cached", step.name)
+		}
+	}
+}
+
+// On a node whose agent enforces shares, the increment keeps what each
+// device holds per dimension as a computation afresh has it.
+func TestBuildIncrementAgent(t *testing.T) {
+	tr := NewTracker(agentOpts)
+	n := agentNode("n", "A:80000:100:4,B:80000:100:4")
+	cpuPod := func(name string) *v1.Pod {
+		p := gpuPod(name, types.UID(name), 0, nil)
+		p.Spec.NodeName = "n"
+		return p
+	}
+	pods := []*v1.Pod{
+		agentPod("h1", 0, map[string]string{keyUses: "A:40000:50:1", keyUsesOn: "n", AnnotationMilli: "500"}),
+		cpuPod("c1"),
+	}
+	for gen, change := range []func(){
+		func() {},
+		func() { pods = append(pods, cpuPod("c2")) },
+		func() {
+			pods = append(pods, agentPod("h2", 0, map[string]string{keyUses: "B:20000:25:1", keyUsesOn: "n", AnnotationMilli: "250"}))
+		},
+		func() { pods = append(pods, cpuPod("c3")) },
+	} {
+		change()
+		got := tr.Build(n, int64(gen), append([]*v1.Pod(nil), pods...), 1000, 1000)
+		want := tr.Compute(n, pods, 1000, 1000, "", true)
+		if got.Free != want.Free || !reflect.DeepEqual(got.agent, want.agent) || got.agent == nil {
+			t.Errorf("step %d: built free %v agent %+v, computed afresh %v %+v", gen, got.Free[:2], got.agent, want.Free[:2], want.agent)
 		}
 	}
 }

@@ -296,6 +296,8 @@ type NodeState struct {
 
 	key  stateKey
 	frag fragSlot
+	// base is what Build computed the state from (nil for Compute's).
+	base *buildBase
 }
 
 // NewNodeState starts a node with every device free.

@@ -55,8 +55,6 @@ type slot struct {
 	pending map[types.UID]pendingPod
 	version atomic.Uint64
 	cached  atomic.Pointer[NodeState]
-	// base is what cached was computed from, for Build's increment.
-	base atomic.Pointer[buildBase]
 }
 
 // buildBase is the input of a built state: the node object, and which of
@@ -301,15 +299,25 @@ func (t *Tracker) Unchanged(node string, st *NodeState, now time.Time) bool {
 // objects in the same order, the devices are as before and only the CPU and
 // memory left change. A CPU pod's bind so costs one pointer comparison per
 // pod, never a parse.
+//
+// Build keeps pods (it must not change after the call; the scheduler's
+// adapter passes a copy) and node until the node's next build: at most one
+// older generation per node stays reachable.
 func (t *Tracker) Build(node *v1.Node, generation int64, pods []*v1.Pod, cpuFree, memFree int64) *NodeState {
 	s := t.slot(node.Name, true)
-	prev := s.base.Load()
-	if prev != nil && prev.node != node {
-		prev = nil // the inventory may have changed: parse everything again
+	// The base travels with the state it built, so that the two always
+	// belong together whatever builds of the node overlap.
+	old := s.cached.Load()
+	var prev *buildBase
+	if old != nil {
+		prev = old.base
 	}
 	b := t.classify(prev, node, pods)
 	var st *NodeState
-	if old := s.cached.Load(); prev != nil && old != nil && !b.unbound && sameSeq(prev.relPods, b.relPods) &&
+	// A new node object may change the inventory: the devices are computed
+	// again, from the pods classified as before (that depends on the pods
+	// alone).
+	if prev != nil && prev.node == node && !b.unbound && sameSeq(prev.relPods, b.relPods) &&
 		!old.key.held && old.key.until == 0 && old.key.version == s.version.Load() && !old.TooMany() {
 		st = old.Clone()
 		st.CPUFree, st.MemFree = cpuFree, memFree
@@ -319,14 +327,25 @@ func (t *Tracker) Build(node *v1.Node, generation int64, pods []*v1.Pod, cpuFree
 		st = t.compute(node, pods, cpuFree, memFree, "", true, nil, b.rel)
 		buildStats.computed.Add(1)
 	}
+	st.base = b
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st.key.version == s.version.Load() {
 		st.key.generation = generation
 		s.cached.Store(st)
-		s.base.Store(b)
 	}
 	return st
+}
+
+// KnownWithoutDevices reports whether the node, this very object, was built
+// before and has no GPU: a CPU-only pod's score there needs no state.
+func (t *Tracker) KnownWithoutDevices(node *v1.Node) bool {
+	s := t.slot(node.Name, false)
+	if s == nil {
+		return false
+	}
+	st := s.cached.Load()
+	return st != nil && st.base != nil && st.base.node == node && st.Count == 0 && !st.TooMany()
 }
 
 // buildStats counts Build's work (Builds).
@@ -337,9 +356,10 @@ type BuildStats struct {
 	// Reused: builds that kept the previous devices; Computed: builds that
 	// computed them.
 	Reused, Computed uint64
-	// Parsed: pods parsed to tell whether they use a GPU (those not seen
-	// before); Read: pods the device accounting read in the builds that
-	// computed (the relevant ones; every pod while reservations are held).
+	// Parsed: pods Build parsed to tell whether they use a GPU (those not
+	// seen before); Read: pods the device accounting read when it computed
+	// a state (in Build, the relevant ones, or every pod while reservations
+	// are held; also Compute's, for the reconciler, hints and preemption).
 	Parsed, Read uint64
 }
 

@@ -226,9 +226,11 @@ func BenchmarkScoreOnly(b *testing.B) {
 	}
 }
 
-// BenchmarkStateRebuild is the cost when the node changed since the last
-// cycle: the device state is derived again from the node's pods.
-// "cpu-pods" adds 40 CPU-only pods, as on the GPU nodes CPU pods pile onto.
+// BenchmarkStateRebuild is the cost when a GPU pod on the node changed
+// since the last cycle (a new object for one of them, each iteration): the
+// device state is computed again from the node's pods. "cpu-pods" adds 40
+// CPU-only pods, as on the GPU nodes CPU pods pile onto; they are neither
+// parsed nor read again (a CPU pod's own change is BenchmarkNodeChange's).
 func BenchmarkStateRebuild(b *testing.B) {
 	node, pods := benchNode()
 	withCPU := pods
@@ -239,9 +241,11 @@ func BenchmarkStateRebuild(b *testing.B) {
 	for name, pods := range map[string][]*v1.Pod{"gpu-pods": pods, "cpu-pods": withCPU} {
 		b.Run(name, func(b *testing.B) {
 			tr := gpu.NewTracker(gpu.DefaultNodeOptions)
+			lists := [2][]*v1.Pod{pods, append([]*v1.Pod(nil), pods...)}
+			lists[1][0] = pods[0].DeepCopy()
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				tr.Build(node, int64(i), pods, 96000, 1<<20)
+				tr.Build(node, int64(i), lists[i%2], 96000, 1<<20)
 			}
 		})
 	}

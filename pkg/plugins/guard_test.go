@@ -33,7 +33,9 @@ func cpuPodOn(name, node string) *v1.Pod {
 // change.
 type nodeCost struct {
 	warmAllocs, changeAllocs float64
-	perChange                gpu.BuildStats
+	// total is Build's work over changes changes of the node.
+	total   gpu.BuildStats
+	changes uint64
 }
 
 func measureNodeCost(t testing.TB, kind string, cpuPods int) nodeCost {
@@ -76,15 +78,11 @@ func measureNodeCost(t testing.TB, kind string, cpuPods int) nodeCost {
 	const runs = 50
 	c.changeAllocs = testing.AllocsPerRun(runs, change) / 2
 	after := gpu.Builds()
-	changes := uint64(2 * (runs + 1)) // AllocsPerRun runs once more to warm up
-	c.perChange = gpu.BuildStats{
+	c.changes = 2 * (runs + 1) // AllocsPerRun runs once more to warm up
+	c.total = gpu.BuildStats{
 		Reused: after.Reused - before.Reused, Computed: after.Computed - before.Computed,
 		Parsed: after.Parsed - before.Parsed, Read: after.Read - before.Read,
 	}
-	c.perChange.Reused /= changes
-	c.perChange.Computed /= changes
-	c.perChange.Parsed /= changes
-	c.perChange.Read /= changes
 	return c
 }
 
@@ -105,17 +103,53 @@ func TestPerNodeCostIndependentOfPods(t *testing.T) {
 				if c.warmAllocs != 0 {
 					t.Errorf("%d pods: %.1f allocations per Filter and Score on a warm cache, want 0", c.pods, c.warmAllocs)
 				}
-				if c.perChange.Parsed > 1 {
-					t.Errorf("%d pods: %d pods parsed per change of the node, want at most the one bound", c.pods, c.perChange.Parsed)
+				if c.total.Parsed > c.changes {
+					t.Errorf("%d pods: %d pods parsed over %d changes of the node, want at most the one bound each time", c.pods, c.total.Parsed, c.changes)
 				}
-				if c.perChange.Reused != 1 || c.perChange.Computed != 0 {
-					t.Errorf("%d pods: a CPU pod's bind reused the devices %d times and computed them %d times per change, want 1 and 0",
-						c.pods, c.perChange.Reused, c.perChange.Computed)
+				if c.total.Reused != c.changes || c.total.Computed != 0 || c.total.Read != 0 {
+					t.Errorf("%d pods: over %d changes (a CPU pod bound or removed), the devices were reused %d times and computed %d times (%d pods read), want every time and never",
+						c.pods, c.changes, c.total.Reused, c.total.Computed, c.total.Read)
 				}
 			}
 			if many.changeAllocs != few.changeAllocs {
 				t.Errorf("allocations per change of the node: %.1f with 250 pods, %.1f with 5", many.changeAllocs, few.changeAllocs)
 			}
 		})
+	}
+}
+
+// On a node without GPUs, a CPU-only pod's score needs no device state:
+// once the node is known to have none, its changes build nothing.
+func TestCPUNodeChangesBuildNothing(t *testing.T) {
+	node := st.MakeNode().Name("cpu-node").Capacity(map[v1.ResourceName]string{
+		v1.ResourceCPU: "96", v1.ResourceMemory: "384Gi", v1.ResourcePods: "300"}).Obj()
+	var pods []*v1.Pod
+	for i := 0; i < 250; i++ {
+		pods = append(pods, cpuPodOn(fmt.Sprintf("cpu-%d", i), node.Name))
+	}
+	e := newEnvOn(t, gpu.Fragmentation, node, pods)
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	pod := benchPods["cpu"]
+	cs := framework.NewCycleState()
+	e.pre(ctx, cs, pod)
+	first, _ := e.score.Score(ctx, cs, pod, e.ni)
+	bound, err := framework.NewPodInfo(cpuPodOn("bound", node.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := gpu.Builds()
+	for i := 0; i < 10; i++ {
+		e.ni.AddPodInfo(bound)
+		if got, _ := e.score.Score(ctx, cs, pod, e.ni); got != first {
+			t.Fatalf("score %d after a bind, %d before: a node without GPUs ranks the same", got, first)
+		}
+		if err := e.ni.RemovePod(klog.Background(), bound.GetPod()); err != nil {
+			t.Fatal(err)
+		}
+		e.score.Score(ctx, cs, pod, e.ni)
+	}
+	if after := gpu.Builds(); after.Reused+after.Computed != before.Reused+before.Computed || after.Parsed != before.Parsed {
+		t.Errorf("20 changes of a node without GPUs: %d builds, %d pods parsed; want none",
+			after.Reused+after.Computed-before.Reused-before.Computed, after.Parsed-before.Parsed)
 	}
 }

@@ -348,21 +348,35 @@ func podsOf(nodeInfo fwk.NodeInfo) []*v1.Pod {
 }
 
 // CPUOnlyScore is the score of a CPU-only pod. It reads the node's cached
-// device state only when the policy needs its idle GPU, and never the
-// nominees: the pod takes no device, and they only move its least-idle
-// tie-break.
+// device state only when the policy needs its idle GPU, and skips even that
+// on a node known to have none. It leaves the nominees out: the pod takes
+// no device, the filters already counted their CPU and memory, and a node
+// whose devices are being freed for a preemptor then only looks idler (the
+// pod drifts away from it).
 func (s *Shared) CPUOnlyScore(sc gpu.Scoring, nodeInfo fwk.NodeInfo, r *gpu.Request, wl *gpu.Workload) int64 {
+	node := nodeInfo.Node()
 	if !sc.CPUOnlyNeedsState(wl) {
 		var gpus int64
 		scalar := nodeInfo.GetAllocatable().GetScalarResources()
 		for _, name := range s.Tracker().Options().ResourceNames {
 			gpus += scalar[name]
 		}
-		if raw, ok := sc.CPUOnlyQuick(gpus > 0, nodeInfo.Node().Name, cpuFree(nodeInfo), memFree(nodeInfo), r, wl); ok {
+		if raw, ok := sc.CPUOnlyQuick(gpus > 0, node.Name, cpuFree(nodeInfo), memFree(nodeInfo), r, wl); ok {
 			return raw
 		}
 	}
-	_, raw, _ := sc.Evaluate(s.State(nodeInfo), r, wl)
+	t := s.Tracker()
+	st := t.Lookup(node.Name, nodeInfo.GetGeneration())
+	if st == nil && t.KnownWithoutDevices(node) {
+		// A CPU node's change (its pods) needs no build.
+		if raw, ok := sc.CPUOnlyQuick(false, node.Name, cpuFree(nodeInfo), memFree(nodeInfo), r, wl); ok {
+			return raw
+		}
+	}
+	if st == nil {
+		st = s.State(nodeInfo)
+	}
+	_, raw, _ := sc.Evaluate(st, r, wl)
 	return raw
 }
 
