@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
 
@@ -79,6 +81,45 @@ func TestMonitoringParses(t *testing.T) {
 		if _, ok := ms[want]; !ok {
 			t.Errorf("monitoring does not use %s", want)
 		}
+	}
+}
+
+// Every alert links its section of docs/runbook.md.
+func TestAlertsHaveRunbooks(t *testing.T) {
+	runbook, err := os.ReadFile("../docs/runbook.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `json:"alert"`
+				Expr        string            `json:"expr"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := yaml.Unmarshal(Alerts, &rules); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			n++
+			anchor := "#" + strings.ToLower(r.Alert)
+			if u := r.Annotations["runbook_url"]; !strings.HasSuffix(u, "/docs/runbook.md"+anchor) {
+				t.Errorf("%s: runbook_url %q, want docs/runbook.md%s", r.Alert, u, anchor)
+			}
+			if !strings.Contains(string(runbook), "\n## "+r.Alert+"\n") {
+				t.Errorf("%s: no section in docs/runbook.md", r.Alert)
+			}
+			if !strings.Contains(r.Expr, "by (cluster, job") {
+				t.Errorf("%s: not aggregated by cluster and job: %s", r.Alert, r.Expr)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no alert rules read")
 	}
 }
 
