@@ -94,6 +94,11 @@ func TestOvercommitByAnotherScheduler(t *testing.T) {
 	if v, ok := leaderMetric(t, "gpu_scheduler_overcommitted_nodes"); ok && v < 1 {
 		t.Errorf("gpu_scheduler_overcommitted_nodes = %v", v)
 	}
+	// The per-node series the overcommit alert reads (conditionalMetrics).
+	perNode := fmt.Sprintf("gpu_scheduler_node_overcommitted{node=%q}", node)
+	if v, ok := leaderMetric(t, perNode); ok && v != 1 {
+		t.Errorf("%s = %v, want 1", perNode, v)
+	}
 	if _, err := harness.CheckDevices(s.Ctx, cluster.Client, node); err != nil {
 		t.Errorf("only the known overcommit: %v", err)
 	}
@@ -105,7 +110,8 @@ func TestOvercommitByAnotherScheduler(t *testing.T) {
 	if procs != nil {
 		err := wait.PollUntilContextTimeout(s.Ctx, 200*time.Millisecond, bindTimeout, true, func(context.Context) (bool, error) {
 			v, _ := leaderMetric(t, "gpu_scheduler_overcommitted_nodes")
-			return v == 0, nil
+			n, _ := leaderMetric(t, perNode)
+			return v == 0 && n == 0, nil
 		})
 		if err != nil {
 			t.Errorf("gauge not back to 0")
