@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -142,5 +143,28 @@ func TestBuildIncrementAgent(t *testing.T) {
 		if got.Free != want.Free || !reflect.DeepEqual(got.agent, want.agent) || got.agent == nil {
 			t.Errorf("step %d: built free %v agent %+v, computed afresh %v %+v", gen, got.Free[:2], got.agent, want.Free[:2], want.agent)
 		}
+	}
+}
+
+// The oldest in-flight reservation is what the leaked-reservation alert
+// reads.
+func TestOldestReservation(t *testing.T) {
+	tr := NewTracker(DefaultNodeOptions)
+	if !tr.OldestReservation().IsZero() {
+		t.Fatal("no reservation, yet an oldest")
+	}
+	old := time.Now().Add(-time.Hour)
+	tr.Reserve("n1", "a", Reservation{Name: "a", Since: time.Now()})
+	tr.Reserve("n2", "b", Reservation{Name: "b", Since: old})
+	if got := tr.OldestReservation(); !got.Equal(old) {
+		t.Errorf("oldest %v, want %v", got, old)
+	}
+	tr.Unreserve("b")
+	if got := tr.OldestReservation(); got.Equal(old) || got.IsZero() {
+		t.Errorf("after the old one is released: %v", got)
+	}
+	tr.Unreserve("a")
+	if !tr.OldestReservation().IsZero() {
+		t.Error("all released, yet an oldest")
 	}
 }

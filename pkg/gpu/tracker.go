@@ -879,6 +879,28 @@ func (t *Tracker) ReservationCount() int {
 	return len(t.byUID)
 }
 
+// OldestReservation is when the oldest in-flight reservation was made
+// (zero without any): one that outlives every bind and its verification is
+// leaked.
+func (t *Tracker) OldestReservation() time.Time {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var oldest time.Time
+	for uid, node := range t.byUID {
+		s := t.slot(node, false)
+		if s == nil {
+			continue
+		}
+		s.mu.Lock()
+		r, ok := s.reservations[uid]
+		s.mu.Unlock()
+		if ok && !r.Since.IsZero() && (oldest.IsZero() || r.Since.Before(oldest)) {
+			oldest = r.Since
+		}
+	}
+	return oldest
+}
+
 // ReservationEntry is one reservation, for reconcilers and metrics.
 type ReservationEntry struct {
 	Node string

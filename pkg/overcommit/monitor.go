@@ -63,6 +63,10 @@ var (
 		Subsystem: "gpu_scheduler", Name: "reservations", StabilityLevel: metrics.ALPHA,
 		Help: "In-flight device reservations (chosen, not yet seen bound with their assignment).",
 	})
+	oldestReservation = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem: "gpu_scheduler", Name: "oldest_reservation_age_seconds", StabilityLevel: metrics.ALPHA,
+		Help: "Age of the oldest in-flight device reservation (0 without any); a reservation is retired seconds after its bind, so one that ages is leaked.",
+	})
 	registerOnce sync.Once
 )
 
@@ -112,7 +116,7 @@ const Grace = 10 * time.Second
 func New(src Source, pods, nodes cache.SharedIndexInformer, recorder events.EventRecorder, active func() bool,
 	reqOpts gpu.RequestOptions, resync, handshakeTimeout time.Duration) (*Monitor, error) {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(overcommittedNodes, overcommitted, refusedNodes, reservations, handshakeFailures, leader)
+		legacyregistry.MustRegister(overcommittedNodes, overcommitted, refusedNodes, reservations, oldestReservation, handshakeFailures, leader)
 		// Both series from the start: an alert on their increase needs
 		// them before the first failure.
 		for _, reason := range []string{"failed", "expired"} {
@@ -223,6 +227,11 @@ func (m *Monitor) Run(ctx context.Context) {
 	}, m.resync)
 	go wait.UntilWithContext(ctx, func(context.Context) {
 		reservations.Set(float64(m.src.Tracker().ReservationCount()))
+		if at := m.src.Tracker().OldestReservation(); at.IsZero() {
+			oldestReservation.Set(0)
+		} else {
+			oldestReservation.Set(time.Since(at).Seconds())
+		}
 		if m.active() {
 			leader.Set(1)
 		} else {
