@@ -129,16 +129,23 @@ func TestBuildIncrementAgent(t *testing.T) {
 		agentPod("h1", 0, map[string]string{keyUses: "A:40000:50:1", keyUsesOn: "n", AnnotationMilli: "500"}),
 		cpuPod("c1"),
 	}
-	for gen, change := range []func(){
-		func() {},
-		func() { pods = append(pods, cpuPod("c2")) },
-		func() {
+	for gen, step := range []struct {
+		change func()
+		reused bool
+	}{
+		{func() {}, false},
+		{func() { pods = append(pods, cpuPod("c2")) }, true},
+		{func() {
 			pods = append(pods, agentPod("h2", 0, map[string]string{keyUses: "B:20000:25:1", keyUsesOn: "n", AnnotationMilli: "250"}))
-		},
-		func() { pods = append(pods, cpuPod("c3")) },
+		}, false},
+		{func() { pods = append(pods, cpuPod("c3")) }, true},
 	} {
-		change()
+		step.change()
+		before := Builds()
 		got := tr.Build(n, int64(gen), append([]*v1.Pod(nil), pods...), 1000, 1000)
+		if reused := Builds().Reused-before.Reused == 1; reused != step.reused {
+			t.Errorf("step %d: devices reused %v, want %v", gen, reused, step.reused)
+		}
 		want := tr.Compute(n, pods, 1000, 1000, "", true)
 		if got.Free != want.Free || !reflect.DeepEqual(got.agent, want.agent) || got.agent == nil {
 			t.Errorf("step %d: built free %v agent %+v, computed afresh %v %+v", gen, got.Free[:2], got.agent, want.Free[:2], want.agent)

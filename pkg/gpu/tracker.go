@@ -593,7 +593,6 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 	}
 	var nominees []*v1.Pod
 	read := 0
-	defer func() { buildStats.read.Add(uint64(read)) }()
 	for i, pod := range pods {
 		if rel != nil && rel[i>>6]&(1<<(uint(i)&63)) == 0 && len(s.reservations) == 0 {
 			continue
@@ -715,6 +714,7 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 	if len(nominees) > 0 {
 		t.holdForNominees(st, nominees)
 	}
+	buildStats.read.Add(uint64(read))
 	return st
 }
 

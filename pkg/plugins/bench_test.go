@@ -235,8 +235,7 @@ func BenchmarkStateRebuild(b *testing.B) {
 	node, pods := benchNode()
 	withCPU := pods
 	for i := 0; i < 40; i++ {
-		withCPU = append(withCPU, st.MakePod().Name(fmt.Sprintf("cpu-%d", i)).UID(fmt.Sprintf("cpu-%d", i)).Namespace("default").
-			Node("gpu-8").Req(map[v1.ResourceName]string{v1.ResourceCPU: "1", v1.ResourceMemory: "2Gi"}).Obj())
+		withCPU = append(withCPU, cpuPodOn(fmt.Sprintf("cpu-%d", i), node.Name))
 	}
 	for name, pods := range map[string][]*v1.Pod{"gpu-pods": pods, "cpu-pods": withCPU} {
 		b.Run(name, func(b *testing.B) {

@@ -281,7 +281,12 @@ func (s *Shared) State(nodeInfo fwk.NodeInfo) *gpu.NodeState {
 	if st := t.Lookup(node.Name, gen); st != nil {
 		return st
 	}
-	return t.Build(node, gen, podsOf(nodeInfo), cpuFree(nodeInfo), memFree(nodeInfo))
+	return s.build(nodeInfo)
+}
+
+// build builds a node's state after a Lookup missed.
+func (s *Shared) build(nodeInfo fwk.NodeInfo) *gpu.NodeState {
+	return s.Tracker().Build(nodeInfo.Node(), nodeInfo.GetGeneration(), podsOf(nodeInfo), cpuFree(nodeInfo), memFree(nodeInfo))
 }
 
 // StateExcluding evaluates a node without one pod: neither its entry in the
@@ -374,7 +379,7 @@ func (s *Shared) CPUOnlyScore(sc gpu.Scoring, nodeInfo fwk.NodeInfo, r *gpu.Requ
 		}
 	}
 	if st == nil {
-		st = s.State(nodeInfo)
+		st = s.build(nodeInfo)
 	}
 	_, raw, _ := sc.Evaluate(st, r, wl)
 	return raw
