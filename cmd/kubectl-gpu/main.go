@@ -66,7 +66,8 @@ func newCommand() *cobra.Command {
 	root.PersistentFlags().StringVarP(&o.Selector, "selector", "l", "", "only the nodes with these labels")
 	root.PersistentFlags().BoolVarP(&all, "all-namespaces", "A", false, "pods of every namespace (the default unless -n is given)")
 	root.PersistentFlags().StringVar(&o.SchedulerName, "scheduler-name", "", "the scheduler profile whose accounting, target workload and pods are shown (default: the configuration's only profile, else gpu-scheduler)")
-	root.PersistentFlags().StringVar(&configFile, "config", "", "a KubeSchedulerConfiguration to read the profile from (default: the deployed one, kube-system/gpu-scheduler-config, else the shipped one)")
+	root.PersistentFlags().StringVar(&configFile, "config", "", "a KubeSchedulerConfiguration to read the profile from (default: the deployed one, --config-map, else the shipped one)")
+	root.PersistentFlags().StringVar(&o.ConfigMap, "config-map", "", "the deployed configuration's ConfigMap, namespace/name (default kube-system/gpu-scheduler-config; a release of the chart elsewhere: <namespace>/<release>-config)")
 	run := func(f func(context.Context) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, _ []string) error { return f(cmd.Context()) }
 	}

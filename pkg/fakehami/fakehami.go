@@ -315,18 +315,24 @@ func (p *Plugin) failed(ctx context.Context, node string, pod *v1.Pod) {
 	p.release(ctx, node, pod)
 }
 
-// release drops the lock if it names the pod (or names nobody).
+// release drops the lock if it names the pod (or names nobody), read again
+// and retried on a conflict as HAMi's ReleaseNodeLock does (retry.OnError):
+// the node changes under it all the time (status, other binds).
 func (p *Plugin) release(ctx context.Context, node string, pod *v1.Pod) {
-	n, err := p.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return
+	for attempt := 0; attempt < 5; attempt++ {
+		n, err := p.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return
+		}
+		v, ok := n.Annotations[keyLock]
+		if !ok || (strings.Contains(v, ",") && !strings.HasSuffix(v, ","+pod.Namespace+","+pod.Name)) {
+			return
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{keyLock: nil}, "resourceVersion": n.ResourceVersion}})
+		if _, err := p.client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); !apierrors.IsConflict(err) {
+			return
+		}
 	}
-	v, ok := n.Annotations[keyLock]
-	if !ok || (strings.Contains(v, ",") && !strings.HasSuffix(v, ","+pod.Namespace+","+pod.Name)) {
-		return
-	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{keyLock: nil}, "resourceVersion": n.ResourceVersion}})
-	_, _ = p.client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
 }
 
 func (p *Plugin) patchPod(ctx context.Context, pod *v1.Pod, ann map[string]any) error {

@@ -36,6 +36,11 @@ type Options struct {
 	// one. Its profile says how nodes and requests are read (resource
 	// names, labels, node agent) and what the target workload is.
 	Config []byte
+	// ConfigMap is where the deployed configuration is read when Config is
+	// nil: "namespace/name", "" for the chart's default release
+	// (kube-system/gpu-scheduler-config), whose absence means the shipped
+	// configuration. One given must exist.
+	ConfigMap string
 	// Selector (a label selector) limits the nodes; Namespace ("" for all)
 	// the pending pods and the pods a workload is learned from.
 	Selector, Namespace string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	v1 "k8s.io/api/core/v1"
@@ -60,20 +61,36 @@ type view struct {
 }
 
 // config is the scheduler configuration to read: the given one, else the
-// deployed one (the ConfigMap kube-system/gpu-scheduler-config), else the
-// shipped one.
+// deployed one (the ConfigMap o.ConfigMap, by default
+// kube-system/gpu-scheduler-config), else, where the default is absent, the
+// shipped one. A ConfigMap that cannot be read (Forbidden, say) is an
+// error: a silent fallback would show another profile than the deployed.
 func (o *Options) config(ctx context.Context) ([]byte, string, error) {
 	if o.Config != nil {
 		return o.Config, "the given configuration", nil
 	}
-	cm, err := o.Client.CoreV1().ConfigMaps("kube-system").Get(ctx, manifests.ConfigMapName, metav1.GetOptions{})
+	ns, name := "kube-system", manifests.ConfigMapName
+	if o.ConfigMap != "" {
+		var ok bool
+		if ns, name, ok = strings.Cut(o.ConfigMap, "/"); !ok || ns == "" || name == "" {
+			return nil, "", fmt.Errorf("--config-map %q: want namespace/name", o.ConfigMap)
+		}
+	}
+	key := ns + "/" + name
+	cm, err := o.Client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case err == nil && cm.Data["scheduler-config.yaml"] != "":
-		return []byte(cm.Data["scheduler-config.yaml"]), "the deployed configuration (kube-system/" + manifests.ConfigMapName + ")", nil
-	case err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err):
-		return nil, "", err
+		return []byte(cm.Data["scheduler-config.yaml"]), "the deployed configuration (" + key + ")", nil
+	case err == nil:
+		return nil, "", fmt.Errorf("ConfigMap %s has no scheduler-config.yaml", key)
+	case apierrors.IsNotFound(err) && o.ConfigMap == "":
+		return manifests.SchedulerConfig, "the shipped configuration", nil
+	case apierrors.IsForbidden(err):
+		return nil, "", fmt.Errorf("reading the deployed configuration (ConfigMap %s): %w; "+
+			"ask for get on it, or give the configuration with --config", key, err)
+	default:
+		return nil, "", fmt.Errorf("reading the deployed configuration (ConfigMap %s): %w", key, err)
 	}
-	return manifests.SchedulerConfig, "the shipped configuration", nil
 }
 
 func (o *Options) view(ctx context.Context, policy string) (*view, error) {

@@ -280,14 +280,19 @@ func TestMonitorReleasesEndedLocks(t *testing.T) {
 		active    bool
 		abandoned bool // unbound, ours, and nobody binds it: its bind died
 		release   bool
+		bindPhase string // allocating unless set
 	}{
-		{"failed holder", v1.PodFailed, false, true, false, true},
-		{"holder gone", "", true, true, false, true},
-		{"holder still binding", v1.PodPending, false, true, false, false},
-		{"holder running", v1.PodRunning, false, true, false, false},
-		{"standby", v1.PodFailed, false, false, false, false},
-		{"abandoned bind", v1.PodPending, false, true, true, true},
-		{"abandoned a moment ago", v1.PodPending, false, true, true, false},
+		{"failed holder", v1.PodFailed, false, true, false, true, ""},
+		{"holder gone", "", true, true, false, true, ""},
+		{"holder still binding", v1.PodPending, false, true, false, false, ""},
+		{"holder running", v1.PodRunning, false, true, false, false, ""},
+		{"standby", v1.PodFailed, false, false, false, false, ""},
+		{"abandoned bind", v1.PodPending, false, true, true, true, ""},
+		{"abandoned a moment ago", v1.PodPending, false, true, true, false, ""},
+		// The plugin served it and lost the write of its release.
+		{"holder served", v1.PodPending, false, true, false, true, hami.BindSuccess},
+		{"holder served and running", v1.PodRunning, false, true, false, true, hami.BindSuccess},
+		{"holder refused by the plugin", v1.PodPending, false, true, false, true, hami.BindFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, pods, nodes, _ := newMonitor(t, func() bool { return tc.active })
@@ -306,7 +311,11 @@ func TestMonitorReleasesEndedLocks(t *testing.T) {
 				if tc.abandoned {
 					p.Spec.NodeName = ""
 				}
-				p.Annotations = map[string]string{hami.AnnotationVGPUNode: "n1", hami.AnnotationBindPhase: hami.BindAllocating,
+				phase := hami.BindAllocating
+				if tc.bindPhase != "" {
+					phase = tc.bindPhase
+				}
+				p.Annotations = map[string]string{hami.AnnotationVGPUNode: "n1", hami.AnnotationBindPhase: phase,
 					hami.AnnotationBindTime: strconv.FormatInt(time.Now().Unix(), 10)}
 				p.Status.Phase = tc.phase
 				pods.GetStore().Add(p)

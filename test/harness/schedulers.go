@@ -251,33 +251,60 @@ func (d *Deployment) pods(ctx context.Context) []v1.Pod {
 }
 
 // KillLeader deletes the leader's pod without grace; the standby takes over
-// and the Deployment replaces the pod.
+// and the Deployment replaces the pod. The pod's object goes at once, its
+// process only when its kubelet gets to it (a second or much more on a busy
+// machine), and it leads until then: KillLeader returns once the lease has
+// left it (released as it exits, or expired and taken), so that what a test
+// does next happens after the failover.
 func (d *Deployment) KillLeader(ctx context.Context) error {
 	holder, err := d.Leader(ctx)
 	if err != nil {
 		return err
 	}
+	killed := false
 	for _, p := range d.pods(ctx) {
 		// The identity is "<hostname>_<uuid>" and the hostname is the pod's name.
 		if strings.HasPrefix(holder, p.Name+"_") {
-			return d.C.Client.CoreV1().Pods("kube-system").Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+			if err := d.C.Client.CoreV1().Pods("kube-system").Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+				return err
+			}
+			killed = true
+			break
 		}
 	}
-	return fmt.Errorf("no gpu-scheduler pod holds the lease (%q)", holder)
+	if !killed {
+		return fmt.Errorf("no gpu-scheduler pod holds the lease (%q)", holder)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		h, err := d.Leader(ctx)
+		return err == nil && h != holder, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the killed leader %s still holds the lease: %w", holder, err)
+	}
+	return nil
 }
 
 // AddStandby implements GPUSchedulers: the Deployment already has two.
 func (d *Deployment) AddStandby(context.Context) error { return nil }
 
-// Active implements GPUSchedulers: one holder of the lease, among the ready
-// replicas.
+// Active implements GPUSchedulers: a lease held, and renewed within its
+// duration, by a replica whose pod is not being deleted (the lease allows
+// one holder; a killed replica's name stays on it until it lets go).
 func (d *Deployment) Active(ctx context.Context) (int, int) {
-	holder, err := d.Leader(ctx)
-	active := 0
-	if err == nil && holder != "" {
-		active = 1
+	pods := d.pods(ctx)
+	l, err := d.C.Client.CoordinationV1().Leases("kube-system").Get(ctx, "gpu-scheduler", metav1.GetOptions{})
+	if err != nil || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil ||
+		time.Since(l.Spec.RenewTime.Time) > time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second {
+		return 0, len(pods)
 	}
-	return active, len(d.pods(ctx))
+	holder := ptr.Deref(l.Spec.HolderIdentity, "")
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil && holder != "" && strings.HasPrefix(holder, p.Name+"_") {
+			return 1, len(pods)
+		}
+	}
+	return 0, len(pods)
 }
 
 // Logs implements GPUSchedulers: the tail of each replica's log (those of

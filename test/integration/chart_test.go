@@ -10,6 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/gpu-scheduler/gpu-scheduler/manifests"
@@ -49,13 +53,20 @@ func TestHelmChart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A release elsewhere needs its namespace.
+	if _, err := cluster.Client.CoreV1().Namespaces().Create(context.Background(),
+		&v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gpu-team"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	for name, tc := range map[string]struct {
-		set   []string
-		check func(t *testing.T, objs []*unstructured.Unstructured, cfg *ourconfig.GPUScoreArgs, fit *ourconfig.GPUFitArgs)
+		release, namespace string // gpu-scheduler in kube-system unless set
+		set                []string
+		check              func(t *testing.T, objs []*unstructured.Unstructured, cfg *ourconfig.GPUScoreArgs, fit *ourconfig.GPUFitArgs)
 	}{
 		"defaults": {check: func(t *testing.T, objs []*unstructured.Unstructured, score *ourconfig.GPUScoreArgs, fit *ourconfig.GPUFitArgs) {
 			// One source: the chart renders manifests/deployment.yaml
-			// (make manifests) and the RBAC and admission policy files.
+			// (make manifests) and the objects of the RBAC and admission
+			// policy files, as they are but for the chart's labels.
 			var deploy []string
 			for _, o := range objs {
 				if o.GetKind() == "Deployment" {
@@ -68,7 +79,81 @@ func TestHelmChart(t *testing.T) {
 			if score.Policy != "Fragmentation" || !fit.HAMi.Enabled || fit.AccountingOnlySharing {
 				t.Errorf("default config: policy %s, hami %v, accounting-only %v", score.Policy, fit.HAMi.Enabled, fit.AccountingOnlySharing)
 			}
+			rendered := map[string]*unstructured.Unstructured{}
+			for _, o := range objs {
+				rendered[objKey(o)] = o
+			}
+			for _, file := range [][]byte{manifests.RBAC, manifests.AdmissionPolicy} {
+				want, err := kubeapply.Decode(file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, w := range want {
+					got := rendered[objKey(w)]
+					if got == nil {
+						t.Errorf("%s: not rendered", objKey(w))
+						continue
+					}
+					g := got.DeepCopy()
+					g.SetLabels(nil)
+					if !equality.Semantic.DeepEqual(g.Object, w.Object) {
+						t.Errorf("%s differs from manifests/:\n got %v\nwant %v", objKey(w), g.Object, w.Object)
+					}
+				}
+			}
+			if rendered["PodDisruptionBudget/kube-system/gpu-scheduler"] == nil {
+				t.Errorf("no PodDisruptionBudget with two replicas")
+			}
 		}},
+		// Any namespace, any release name: every name is the release's
+		// (cluster-scoped ones too, so that two releases do not collide),
+		// every namespaced object in the release's namespace but the role
+		// binding kube-system holds for delegated authentication, and the
+		// lease, the policies' user and the bindings' subjects follow.
+		"another namespace and release": {release: "team-a", namespace: "gpu-team",
+			set: []string{"monitoring.podMonitor.enabled=true", "monitoring.prometheusRule.enabled=true", "monitoring.dashboard.enabled=true",
+				"extraArgs[0]=--kube-api-qps=100", "podAnnotations.team=a", "podLabels.team=a", "imagePullSecrets[0].name=registry",
+				`json:topologySpreadConstraints=[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"ScheduleAnyway",` +
+					`"labelSelector":{"matchLabels":{"app.kubernetes.io/instance":"{{ .Release.Name }}"}}}]`},
+			check: func(t *testing.T, objs []*unstructured.Unstructured, score *ourconfig.GPUScoreArgs, fit *ourconfig.GPUFitArgs) {
+				checkRelease(t, objs, "team-a", "gpu-team", "team-a-gpu-scheduler")
+				kinds := map[string]bool{}
+				for _, o := range objs {
+					kinds[o.GetKind()] = true
+					if o.GetKind() != "Deployment" {
+						continue
+					}
+					spec, _, _ := unstructured.NestedMap(o.Object, "spec", "template", "spec")
+					meta, _, _ := unstructured.NestedMap(o.Object, "spec", "template", "metadata")
+					text := fmt.Sprint(spec, meta)
+					for _, want := range []string{"--kube-api-qps=100", "team:a", "registry", "topology.kubernetes.io/zone", "app.kubernetes.io/instance:team-a"} {
+						if !strings.Contains(text, want) {
+							t.Errorf("deployment: no %s in %s", want, text)
+						}
+					}
+				}
+				for _, k := range []string{"PodMonitor", "PrometheusRule", "PodDisruptionBudget", "Secret"} {
+					if !kinds[k] {
+						t.Errorf("no %s", k)
+					}
+				}
+				if kinds["ServiceMonitor"] || kinds["Service"] {
+					t.Errorf("a PodMonitor needs no Service nor ServiceMonitor")
+				}
+			}},
+		// The operator brings the ServiceAccount and its RBAC: none
+		// rendered, and the policies guard the account named.
+		"no RBAC, own ServiceAccount, one replica": {release: "team-b", namespace: "gpu-team",
+			set: []string{"rbac.create=false", "serviceAccount.create=false", "serviceAccount.name=sched", "replicaCount=1"},
+			check: func(t *testing.T, objs []*unstructured.Unstructured, score *ourconfig.GPUScoreArgs, fit *ourconfig.GPUFitArgs) {
+				checkRelease(t, objs, "team-b", "gpu-team", "sched")
+				for _, o := range objs {
+					switch o.GetKind() {
+					case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "PodDisruptionBudget":
+						t.Errorf("%s rendered", objKey(o))
+					}
+				}
+			}},
 		"plain nodes, BestFit, three replicas, gangs, monitoring": {
 			set: []string{"nodeAgent=plain", "accountingOnlySharing=true", "replicaCount=3", "pluginArgs.GPUScore.policy=BestFit",
 				"pluginArgs.GPUPreemption.minCandidateNodesAbsolute=50", "pluginArgs.GPUScore.targetWorkload.halfLifePods=0",
@@ -119,15 +204,34 @@ func TestHelmChart(t *testing.T) {
 						t.Errorf("no %s", k)
 					}
 				}
-				if kinds["ValidatingAdmissionPolicy"] {
-					t.Errorf("admission policy rendered while disabled")
+				// The tenant policies are off; the scheduler's own rights
+				// stay guarded, and with no HAMi there is no node lock to
+				// take: no right to patch nodes, and no policy for it.
+				for _, o := range objs {
+					switch {
+					case o.GetKind() == "ValidatingAdmissionPolicy" && o.GetName() != "gpu-scheduler-scope":
+						t.Errorf("%s rendered (admissionPolicy.enabled=false, nodeAgent=plain)", objKey(o))
+					case strings.HasSuffix(o.GetName(), "node-lock"):
+						t.Errorf("%s rendered with nodeAgent=plain", objKey(o))
+					}
+				}
+				if !kinds["ValidatingAdmissionPolicy"] {
+					t.Errorf("gpu-scheduler-scope not rendered: it guards rights the chart grants")
 				}
 			}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			args := []string{"template", "gpu-scheduler", chart, "--namespace", "kube-system", "--kube-version", "1.37.2"}
+			release, ns := tc.release, tc.namespace
+			if release == "" {
+				release, ns = "gpu-scheduler", "kube-system"
+			}
+			args := []string{"template", release, chart, "--namespace", ns, "--kube-version", "1.37.2"}
 			for _, s := range tc.set {
-				args = append(args, "--set", s)
+				if v, ok := strings.CutPrefix(s, "json:"); ok {
+					args = append(args, "--set-json", v)
+				} else {
+					args = append(args, "--set", s)
+				}
 			}
 			out, err := helm(t, args...)
 			if err != nil {
@@ -140,7 +244,7 @@ func TestHelmChart(t *testing.T) {
 			var score *ourconfig.GPUScoreArgs
 			var fit *ourconfig.GPUFitArgs
 			for _, o := range objs {
-				if o.GetKind() == "ConfigMap" && o.GetName() == manifests.ConfigMapName {
+				if o.GetKind() == "ConfigMap" && strings.HasSuffix(o.GetName(), "-config") {
 					data, _, _ := unstructured.NestedString(o.Object, "data", "scheduler-config.yaml")
 					cfg, err := offline.LoadConfig([]byte(data))
 					if err != nil {
@@ -158,7 +262,7 @@ func TestHelmChart(t *testing.T) {
 				if o.GetAPIVersion() == "monitoring.coreos.com/v1" {
 					continue // no prometheus-operator here: its CRDs are not served
 				}
-				if _, err := a.ApplyObject(context.Background(), o, "kube-system", true); err != nil {
+				if _, err := a.ApplyObject(context.Background(), o, ns, true); err != nil {
 					t.Errorf("server-side dry run of %s %s: %v", o.GetKind(), o.GetName(), err)
 				}
 			}
@@ -204,8 +308,140 @@ func TestHelmChart(t *testing.T) {
 	if out, err := helm(t, "template", "x", chart, "--namespace", "kube-system", "--kube-version", "1.37.2", "--set", "leaderElection=false"); err == nil || !strings.Contains(out, "several active schedulers") {
 		t.Errorf("two replicas without leader election: %v\n%s", err, out)
 	}
-	if out, err := helm(t, "template", "x", chart, "--namespace", "default", "--kube-version", "1.37.2"); err == nil || !strings.Contains(out, "kube-system") {
-		t.Errorf("another namespace: %v\n%s", err, out)
+	if out, err := helm(t, "template", "x", chart, "--namespace", "default", "--kube-version", "1.37.2", "--set", "serviceAccount.create=false"); err == nil || !strings.Contains(out, "serviceAccount.name") {
+		t.Errorf("no ServiceAccount named: %v\n%s", err, out)
+	}
+	if out, err := helm(t, "template", "x", chart, "--namespace", "default", "--kube-version", "1.37.2", "--set", "monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true"); err == nil || !strings.Contains(out, "not both") {
+		t.Errorf("a PodMonitor and a ServiceMonitor: %v\n%s", err, out)
+	}
+	// Two releases side by side: no object of one is the other's.
+	a1, err := helm(t, "template", "gpu-scheduler", chart, "--namespace", "kube-system", "--kube-version", "1.37.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := helm(t, "template", "other", chart, "--namespace", "kube-system", "--kube-version", "1.37.2", "--set", "schedulerName=other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o1, _ := kubeapply.Decode([]byte(a1))
+	o2, _ := kubeapply.Decode([]byte(a2))
+	first := map[string]bool{}
+	for _, o := range o1 {
+		first[objKey(o)] = true
+	}
+	for _, o := range o2 {
+		if first[objKey(o)] {
+			t.Errorf("two releases both render %s", objKey(o))
+		}
+	}
+	// As a subchart: the parent's values reach it under its name and the
+	// global ones beside them, which a strict schema must allow.
+	parent := t.TempDir()
+	if err := os.WriteFile(filepath.Join(parent, "Chart.yaml"), []byte("apiVersion: v2\nname: platform\nversion: 1.0.0\n"+
+		"dependencies:\n- name: gpu-scheduler\n  version: \"*\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(parent, "values.yaml"), []byte("global:\n  imageRegistry: registry.example\n"+
+		"gpu-scheduler:\n  replicaCount: 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(filepath.Join(parent, "charts", "gpu-scheduler"), os.DirFS(chart)); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := helm(t, "lint", parent, "--namespace", "platform", "--kube-version", "1.37.2"); err != nil {
+		t.Errorf("helm lint of a parent chart: %v\n%s", err, out)
+	}
+	out, err = helm(t, "template", "plat", parent, "--namespace", "platform", "--kube-version", "1.37.2")
+	if err != nil {
+		t.Fatalf("as a subchart: %v\n%s", err, out)
+	}
+	sub, err := kubeapply.Decode([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, o := range sub {
+		if o.GetKind() == "Deployment" && o.GetName() == "plat-gpu-scheduler" && o.GetNamespace() == "platform" {
+			r, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "replicas")
+			found = fmt.Sprint(r) == "3"
+		}
+	}
+	if !found {
+		t.Errorf("as a subchart: no Deployment platform/plat-gpu-scheduler with the parent's 3 replicas")
+	}
+}
+
+func objKey(o *unstructured.Unstructured) string {
+	if o.GetNamespace() == "" {
+		return o.GetKind() + "/" + o.GetName()
+	}
+	return o.GetKind() + "/" + o.GetNamespace() + "/" + o.GetName()
+}
+
+// checkRelease checks a release's objects: named after it, in its
+// namespace (but the role binding kube-system holds for delegated
+// authentication), the configuration's lease its own, and the ServiceAccount
+// sa the one the Deployment runs as, the bindings name and the admission
+// policies guard.
+func checkRelease(t *testing.T, objs []*unstructured.Unstructured, release, ns, sa string) {
+	t.Helper()
+	user := "system:serviceaccount:" + ns + ":" + sa
+	policies := 0
+	for _, o := range objs {
+		key := objKey(o)
+		if !strings.HasPrefix(o.GetName(), release+"-") && o.GetName() != sa {
+			t.Errorf("%s: not named after release %s", key, release)
+		}
+		switch {
+		case strings.HasSuffix(o.GetName(), "-extension-apiserver-authentication-reader"):
+			if o.GetNamespace() != "kube-system" {
+				t.Errorf("%s: the authentication reader role is kube-system's", key)
+			}
+		case o.GetNamespace() != "" && o.GetNamespace() != ns:
+			t.Errorf("%s: outside namespace %s", key, ns)
+		}
+		if l := o.GetLabels(); l["app.kubernetes.io/instance"] != release || l["app.kubernetes.io/managed-by"] != "Helm" {
+			t.Errorf("%s: labels %v", key, l)
+		}
+		subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+		for _, sub := range subjects {
+			m := sub.(map[string]interface{})
+			if m["kind"] == "ServiceAccount" && !strings.HasSuffix(o.GetName(), "-metrics-reader") && (m["name"] != sa || m["namespace"] != ns) {
+				t.Errorf("%s: subject %v, want %s/%s", key, m, ns, sa)
+			}
+		}
+		switch o.GetKind() {
+		case "ValidatingAdmissionPolicy":
+			policies++
+			text := fmt.Sprint(o.Object)
+			if !strings.Contains(text, "'"+user+"'") || strings.Contains(text, "kube-system:gpu-scheduler") {
+				t.Errorf("%s does not guard %s", key, user)
+			}
+		case "Deployment":
+			if got, _, _ := unstructured.NestedString(o.Object, "spec", "template", "spec", "serviceAccountName"); got != sa {
+				t.Errorf("%s runs as %q, want %q", key, got, sa)
+			}
+		case "ConfigMap":
+			data, _, _ := unstructured.NestedString(o.Object, "data", "scheduler-config.yaml")
+			cfg, err := offline.LoadConfig([]byte(data))
+			if strings.HasSuffix(o.GetName(), "-dashboard") {
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", key, err)
+			}
+			if le := cfg.LeaderElection; le.ResourceName != release+"-gpu-scheduler" || le.ResourceNamespace != ns {
+				t.Errorf("%s: the lease is %s/%s, want %s/%s-gpu-scheduler", key, le.ResourceNamespace, le.ResourceName, ns, release)
+			}
+		case "Role":
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			if !strings.Contains(fmt.Sprint(rules), "resourceNames:["+release+"-gpu-scheduler]") {
+				t.Errorf("%s: %v does not name the lease %s-gpu-scheduler", key, rules, release)
+			}
+		}
+	}
+	if policies == 0 {
+		t.Errorf("no admission policy")
 	}
 }
 

@@ -121,6 +121,28 @@ func checkObjects(path string, p parser.Parser) (int, error) {
 			if len(sm.Spec.Endpoints) == 0 {
 				return n, fmt.Errorf("%s: no endpoints", where)
 			}
+			for _, e := range sm.Spec.Endpoints {
+				//nolint:staticcheck // what is checked is that it is not used
+				if e.BearerTokenFile != "" {
+					return n, fmt.Errorf("%s: bearerTokenFile is deprecated by prometheus-operator (use authorization)", where)
+				}
+				if e.Authorization == nil {
+					return n, fmt.Errorf("%s: no authorization (the secure port refuses anonymous scrapes)", where)
+				}
+			}
+		case monitoringv1.PodMonitorsKind:
+			var pm monitoringv1.PodMonitor
+			if err := yaml.UnmarshalStrict([]byte(doc), &pm); err != nil {
+				return n, fmt.Errorf("%s: %w", where, err)
+			}
+			if len(pm.Spec.PodMetricsEndpoints) == 0 {
+				return n, fmt.Errorf("%s: no endpoints", where)
+			}
+			for _, e := range pm.Spec.PodMetricsEndpoints {
+				if e.Authorization == nil {
+					return n, fmt.Errorf("%s: no authorization (the secure port refuses anonymous scrapes)", where)
+				}
+			}
 		case monitoringv1.PrometheusRuleKind:
 			var pr monitoringv1.PrometheusRule
 			if err := yaml.UnmarshalStrict([]byte(doc), &pr); err != nil {

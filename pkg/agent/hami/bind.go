@@ -164,15 +164,22 @@ func (d *Delivery) holderGone(ctx context.Context, ns, name string, since time.T
 }
 
 // StaleHolder reports whether a lock on node, taken at since for pod p,
-// will never be served: p has ended, is bound to another node, was deleted
-// before it was bound here, or (with abandoned) is an unbound pod of the
+// will never be served or was served already: p has ended, is bound to
+// another node, was bound here and the device plugin has ended its bind
+// (success or failed: it releases the lock next, and a release whose write
+// it lost would otherwise hold the node until expiry), was deleted before
+// it was bound here, or (with abandoned) is an unbound pod of the
 // scheduler's own whose bind was abandoned at least inFlight ago.
 func StaleHolder(p *v1.Pod, node string, since, now time.Time, abandoned func(*v1.Pod) bool, inFlight time.Duration) bool {
 	switch {
 	case p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed:
 		return true
 	case p.Spec.NodeName != "":
-		return p.Spec.NodeName != node
+		if p.Spec.NodeName != node {
+			return true
+		}
+		phase := p.Annotations[AnnotationBindPhase]
+		return phase == BindSuccess || phase == BindFailed
 	case p.DeletionTimestamp != nil:
 		return true
 	}

@@ -24,6 +24,11 @@ func bindPod(name, node string, phase v1.PodPhase) *v1.Pod {
 		Status: v1.PodStatus{Phase: phase}}
 }
 
+func withPhase(p *v1.Pod, phase string) *v1.Pod {
+	p.Annotations = map[string]string{AnnotationBindPhase: phase}
+	return p
+}
+
 func lockOf(t *testing.T, client *fake.Clientset, node string) string {
 	t.Helper()
 	n, err := client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
@@ -97,6 +102,10 @@ func TestDeliveryHoldWaits(t *testing.T) {
 		{"unbound, long ago", bindPod("h", "", v1.PodPending), 2 * time.Minute, true},
 		{"failed", bindPod("h", "n", v1.PodFailed), 0, false},
 		{"bound elsewhere", bindPod("h", "m", v1.PodRunning), 0, false},
+		// The plugin ended its bind and lost the write of its release.
+		{"served here", withPhase(bindPod("h", "n", v1.PodRunning), BindSuccess), 0, false},
+		{"refused here", withPhase(bindPod("h", "n", v1.PodPending), BindFailed), 0, false},
+		{"allocating here", withPhase(bindPod("h", "n", v1.PodPending), BindAllocating), 2 * time.Minute, true},
 		{"gone", nil, 0, false},
 		// Ours, and nobody binds it now: its scheduler died holding the
 		// lock. Taken over once a Binding sent before could land no more.
