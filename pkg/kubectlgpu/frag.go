@@ -120,23 +120,31 @@ func free(n *v1.Node, pods []*v1.Pod) (int64, int64) {
 
 // PrintFrag writes the report.
 func (o *Options) PrintFrag(r *FragReport) error {
-	if o.Output != "" {
-		return o.encode(r)
+	if !o.table() {
+		names := make([]string, len(r.Nodes))
+		for i := range r.Nodes {
+			names[i] = "node/" + r.Nodes[i].Name
+		}
+		return o.print("FragReport", r, names)
 	}
-	fmt.Fprintf(o.Out, "Target workload: %s\n", r.Workload)
+	if !o.NoHeaders {
+		fmt.Fprintf(o.Out, "Target workload: %s\n", r.Workload)
+	}
 	w := tabwriter.NewWriter(o.Out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "KIND\tSHARE\tMORE WOULD FIT")
+	o.header(w, "KIND\tSHARE\tMORE WOULD FIT")
 	for _, k := range r.Kinds {
 		fmt.Fprintf(w, "%s\t%.1f%%\t%d\n", k.Kind, 100*k.Share, k.Placeable)
 	}
 	w.Flush()
 	fmt.Fprintln(o.Out)
 	w = tabwriter.NewWriter(o.Out, 0, 0, 2, ' ', 0)
-	fmt.Fprint(w, "NODE\tMODEL\tIDLE\tFRAGMENTED\t")
-	for k := range r.Kinds {
-		fmt.Fprintf(w, "K%d\t", k+1)
+	if !o.NoHeaders {
+		fmt.Fprint(w, "NODE\tMODEL\tIDLE\tFRAGMENTED\t")
+		for k := range r.Kinds {
+			fmt.Fprintf(w, "K%d\t", k+1)
+		}
+		fmt.Fprintln(w)
 	}
-	fmt.Fprintln(w)
 	nodes := append([]NodeFrag{}, r.Nodes...)
 	sort.SliceStable(nodes, func(i, j int) bool { return nodes[i].FragMilli > nodes[j].FragMilli })
 	for _, n := range nodes {
@@ -150,7 +158,7 @@ func (o *Options) PrintFrag(r *FragReport) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	if len(r.Kinds) > 0 {
+	if len(r.Kinds) > 0 && !o.NoHeaders {
 		fmt.Fprintln(o.Out, "\nK1..: how many more pods of each kind above the node could take on its own.")
 	}
 	return nil

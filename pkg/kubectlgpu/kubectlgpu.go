@@ -6,17 +6,21 @@ package kubectlgpu
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
+	"k8s.io/client-go/tools/pager"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
@@ -25,7 +29,8 @@ import (
 type Options struct {
 	Client kubernetes.Interface
 	Out    io.Writer
-	// Output is "" (a table), "json" or "yaml".
+	// Output is "" (a table), wide, name, json or yaml (others through
+	// Printer).
 	Output string
 	// SchedulerName is the profile whose accounting, target workload and
 	// pods are shown; "" picks the configuration's only profile, else
@@ -42,8 +47,16 @@ type Options struct {
 	// configuration. One given must exist.
 	ConfigMap string
 	// Selector (a label selector) limits the nodes; Namespace ("" for all)
-	// the pending pods and the pods a workload is learned from.
+	// the pending pods shown. A workload is learned from every pod of the
+	// profile, as the scheduler's is.
 	Selector, Namespace string
+	// Printer prints what is not a table (json, yaml, jsonpath,
+	// go-template: cli-runtime's PrintFlags); nil prints by Output: ""
+	// and wide are tables, name the objects a report is about, json and
+	// yaml as the printers above.
+	Printer printers.ResourcePrinter
+	// NoHeaders leaves out the tables' headers.
+	NoHeaders bool
 	// Workload is the target workload of `frag`; nil learns it from the
 	// GPU pods in the cluster, as the scheduler learns it from the pods it
 	// sees.
@@ -57,27 +70,56 @@ type cluster struct {
 	all    []v1.Pod
 }
 
+// pageSize is how many objects one list call asks for: a large cluster's
+// pods are read in pages, as kubectl get reads them.
+const pageSize = 500
+
 func (o *Options) read(ctx context.Context) (*cluster, error) {
-	nodes, err := o.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: o.Selector})
+	c := &cluster{onNode: map[string][]*v1.Pod{}}
+	err := o.list(ctx, "nodes", metav1.ListOptions{LabelSelector: o.Selector}, func(opts metav1.ListOptions) (runtime.Object, error) {
+		return o.Client.CoreV1().Nodes().List(ctx, opts)
+	}, func(obj runtime.Object) {
+		c.nodes = append(c.nodes, *obj.(*v1.Node))
+	})
 	if err != nil {
 		return nil, err
 	}
-	pods, err := o.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	// Every pod: a node's accounting counts them all, whoever placed them.
+	err = o.list(ctx, "pods", metav1.ListOptions{}, func(opts metav1.ListOptions) (runtime.Object, error) {
+		return o.Client.CoreV1().Pods("").List(ctx, opts)
+	}, func(obj runtime.Object) {
+		c.all = append(c.all, *obj.(*v1.Pod))
+	})
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{nodes: nodes.Items, onNode: map[string][]*v1.Pod{}}
 	sort.Slice(c.nodes, func(i, j int) bool { return c.nodes[i].Name < c.nodes[j].Name })
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for i := range c.all {
+		p := &c.all[i]
 		if p.Spec.NodeName != "" && p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {
 			c.onNode[p.Spec.NodeName] = append(c.onNode[p.Spec.NodeName], p)
 		}
-		if o.Namespace == "" || p.Namespace == o.Namespace {
-			c.all = append(c.all, *p)
-		}
 	}
 	return c, nil
+}
+
+// list reads every object of a resource cluster-wide, page by page. A
+// refusal says what kubectl gpu needs.
+func (o *Options) list(ctx context.Context, what string, opts metav1.ListOptions, fn func(metav1.ListOptions) (runtime.Object, error), each func(runtime.Object)) error {
+	pg := pager.New(func(_ context.Context, opts metav1.ListOptions) (runtime.Object, error) { return fn(opts) })
+	pg.PageSize = pageSize
+	err := pg.EachListItem(ctx, opts, func(obj runtime.Object) error {
+		each(obj)
+		return nil
+	})
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("listing %s in every namespace: %w; kubectl gpu counts every pod on a node, whoever placed it, "+
+			"and needs list on nodes and pods cluster-wide", what, err)
+	}
+	if err != nil {
+		return fmt.Errorf("listing %s: %w", what, err)
+	}
+	return nil
 }
 
 // Device is one GPU of a node.
@@ -179,13 +221,23 @@ func bar(milli int32) string {
 	return "[" + strings.Repeat("#", n) + strings.Repeat(".", 10-n) + "]"
 }
 
-// PrintNodes writes the report.
+// PrintNodes writes the report. Wide adds each device's memory and the
+// node agent that delivers its shares.
 func (o *Options) PrintNodes(r *NodesReport) error {
-	if o.Output != "" {
-		return o.encode(r)
+	if !o.table() {
+		names := make([]string, len(r.Nodes))
+		for i := range r.Nodes {
+			names[i] = "node/" + r.Nodes[i].Name
+		}
+		return o.print("NodeReport", r, names)
 	}
+	wide := o.Output == "wide"
 	w := tabwriter.NewWriter(o.Out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "NODE\tGPU\tMODEL\tUUID\tUSED\t\tPODS")
+	if wide {
+		o.header(w, "NODE\tGPU\tMODEL\tUUID\tUSED\t\tPODS\tMEMORY\tAGENT")
+	} else {
+		o.header(w, "NODE\tGPU\tMODEL\tUUID\tUSED\t\tPODS")
+	}
 	for _, n := range r.Nodes {
 		for _, d := range n.Devices {
 			uuid := d.UUID
@@ -204,7 +256,18 @@ func (o *Options) PrintNodes(r *NodesReport) error {
 			if pods == "" {
 				pods = "-"
 			}
-			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", n.Name, d.Index, d.Model, uuid, bar(d.AllocatedMilli), state, pods)
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s", n.Name, d.Index, d.Model, uuid, bar(d.AllocatedMilli), state, pods)
+			if wide {
+				mem, agent := "-", n.Agent
+				if d.MemoryMiB > 0 {
+					mem = fmt.Sprintf("%dMi", d.MemoryMiB)
+				}
+				if agent == "" {
+					agent = "-"
+				}
+				fmt.Fprintf(w, "\t%s\t%s", mem, agent)
+			}
+			fmt.Fprintln(w)
 		}
 		note := ""
 		if n.Unhealthy > 0 {
@@ -238,6 +301,9 @@ type PendingPod struct {
 	// Reason is the scheduler's explanation: its pending-reason condition,
 	// else the PodScheduled message.
 	Reason string `json:"reason"`
+	// NominatedNode is where a preemption made room for it.
+	NominatedNode string      `json:"nominatedNode,omitempty"`
+	Created       metav1.Time `json:"created"`
 }
 
 // Pending lists the scheduler's GPU pods that are not bound.
@@ -251,11 +317,15 @@ func (o *Options) Pending(ctx context.Context) ([]PendingPod, error) {
 	out := []PendingPod{}
 	for i := range c.all {
 		p := &c.all[i]
+		if o.Namespace != "" && p.Namespace != o.Namespace {
+			continue
+		}
 		if p.Spec.NodeName != "" || p.Spec.SchedulerName != o.SchedulerName || p.DeletionTimestamp != nil ||
 			p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed || !gpu.UsesGPU(p, ropts) {
 			continue
 		}
-		pp := PendingPod{Namespace: p.Namespace, Name: p.Name, Request: Describe(p, ropts)}
+		pp := PendingPod{Namespace: p.Namespace, Name: p.Name, Request: Describe(p, ropts),
+			NominatedNode: p.Status.NominatedNodeName, Created: p.CreationTimestamp}
 		for _, cond := range p.Status.Conditions {
 			if cond.Type == gpu.ConditionPending && cond.Status == v1.ConditionTrue {
 				pp.Reason = cond.Message
@@ -282,15 +352,33 @@ func (o *Options) Pending(ctx context.Context) ([]PendingPod, error) {
 	return out, nil
 }
 
-// PrintPending writes the pending pods.
+// PrintPending writes the pending pods. Wide adds the node a preemption
+// nominated and the pod's age.
 func (o *Options) PrintPending(ps []PendingPod) error {
-	if o.Output != "" {
-		return o.encode(ps)
+	if !o.table() {
+		names := make([]string, len(ps))
+		for i := range ps {
+			names[i] = "pod/" + ps[i].Name
+		}
+		return o.print("PendingList", ps, names)
 	}
+	wide := o.Output == "wide"
 	w := tabwriter.NewWriter(o.Out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "NAMESPACE\tPOD\tREQUEST\tWHY")
+	if wide {
+		o.header(w, "NAMESPACE\tPOD\tREQUEST\tWHY\tNOMINATED NODE\tAGE")
+	} else {
+		o.header(w, "NAMESPACE\tPOD\tREQUEST\tWHY")
+	}
 	for _, p := range ps {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", p.Namespace, p.Name, p.Request, p.Reason)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s", p.Namespace, p.Name, p.Request, p.Reason)
+		if wide {
+			nominated := p.NominatedNode
+			if nominated == "" {
+				nominated = "<none>"
+			}
+			fmt.Fprintf(w, "\t%s\t%s", nominated, duration.HumanDuration(time.Since(p.Created.Time)))
+		}
+		fmt.Fprintln(w)
 	}
 	return w.Flush()
 }
@@ -327,22 +415,4 @@ func Describe(p *v1.Pod, opts gpu.RequestOptions) string {
 		s += " [gang " + *g.PodGroupName + "]"
 	}
 	return s
-}
-
-func (o *Options) encode(v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	switch o.Output {
-	case "json":
-		_, err = o.Out.Write(append(b, '\n'))
-	case "yaml":
-		if b, err = yaml.JSONToYAML(b); err == nil {
-			_, err = o.Out.Write(b)
-		}
-	default:
-		err = fmt.Errorf("unknown output format %q (json or yaml)", o.Output)
-	}
-	return err
 }

@@ -10,7 +10,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/resource"
 	corev1defaults "k8s.io/kubernetes/pkg/apis/core/v1"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 
@@ -24,8 +26,8 @@ import (
 
 // WhatIfOptions are whatif's own.
 type WhatIfOptions struct {
-	// Pods is the YAML of the pods to place, in order.
-	Pods []byte
+	// Pods are the pods to place, in order (DecodePods, PodsOf).
+	Pods []*v1.Pod
 	// Policy, if set, replaces GPUScore's policy.
 	Policy string
 }
@@ -34,9 +36,9 @@ type WhatIfOptions struct {
 // other, through the scheduler's framework profile (the simulator's engine),
 // without writing anything to the cluster.
 func (o *Options) WhatIf(ctx context.Context, w WhatIfOptions) ([]simulator.WhatIfPlacement, string, error) {
-	pods, err := decodePods(w.Pods)
-	if err != nil {
-		return nil, "", err
+	pods := w.Pods
+	if len(pods) == 0 {
+		return nil, "", fmt.Errorf("no pods given")
 	}
 	v, err := o.view(ctx, w.Policy)
 	if err != nil {
@@ -159,11 +161,30 @@ func (v *view) scoreArgs() *ourconfig.GPUScoreArgs {
 	return nil
 }
 
-func decodePods(data []byte) ([]*v1.Pod, error) {
+// DecodePods reads pods from YAML or JSON (several documents).
+func DecodePods(data []byte) ([]*v1.Pod, error) {
 	objs, err := kubeapply.Decode(data)
 	if err != nil {
 		return nil, err
 	}
+	return podsOf(objs)
+}
+
+// PodsOf are the pods cli-runtime's resource builder read (-f: files,
+// directories, stdin), with the namespaces it gave them.
+func PodsOf(infos []*resource.Info) ([]*v1.Pod, error) {
+	objs := make([]*unstructured.Unstructured, 0, len(infos))
+	for _, info := range infos {
+		u, ok := info.Object.(*unstructured.Unstructured)
+		if !ok {
+			return nil, fmt.Errorf("%s: not read as an unstructured object (%T)", info.Source, info.Object)
+		}
+		objs = append(objs, u)
+	}
+	return podsOf(objs)
+}
+
+func podsOf(objs []*unstructured.Unstructured) ([]*v1.Pod, error) {
 	var pods []*v1.Pod
 	for _, o := range objs {
 		if o.GetKind() != "Pod" {
@@ -186,12 +207,18 @@ func decodePods(data []byte) ([]*v1.Pod, error) {
 
 // PrintWhatIf writes the placements.
 func (o *Options) PrintWhatIf(ps []simulator.WhatIfPlacement, from string) error {
-	if o.Output != "" {
-		return o.encode(ps)
+	if !o.table() {
+		names := make([]string, len(ps))
+		for i := range ps {
+			names[i] = "pod/" + ps[i].Name
+		}
+		return o.print("WhatIfList", ps, names)
 	}
-	fmt.Fprintf(o.Out, "Placed with %s, on the cluster as it is now; nothing was written.\n", from)
+	if !o.NoHeaders {
+		fmt.Fprintf(o.Out, "Placed with %s, on the cluster as it is now; nothing was written.\n", from)
+	}
 	w := tabwriter.NewWriter(o.Out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "NAMESPACE\tPOD\tNODE\tDEVICES\tPENDING")
+	o.header(w, "NAMESPACE\tPOD\tNODE\tDEVICES\tPENDING")
 	for _, p := range ps {
 		node, devices, why := p.Node, p.Devices, p.Reason
 		if node == "" {

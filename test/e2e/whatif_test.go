@@ -82,10 +82,13 @@ func TestWhatIfMatchesScheduling(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("kubectl gpu whatif: %v\n%s", err, lastLines(errb.String(), 15))
 	}
-	var predicted []simulator.WhatIfPlacement
-	if err := json.Unmarshal(out.Bytes(), &predicted); err != nil {
+	var list struct {
+		Items []simulator.WhatIfPlacement `json:"items"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &list); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
+	predicted := list.Items
 	if len(predicted) != len(specs) {
 		t.Fatalf("whatif placed %d pods, want %d", len(predicted), len(specs))
 	}

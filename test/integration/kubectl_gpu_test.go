@@ -2,8 +2,10 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,13 +13,18 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/kubectlgpu"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/simulator"
 	"github.com/gpu-scheduler/gpu-scheduler/test/harness"
 )
 
@@ -57,17 +64,24 @@ func TestKubectlGPU(t *testing.T) {
 	if _, err := cluster.Client.CoreV1().Pods(s.NS).UpdateStatus(s.Ctx, w, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	run := func(args ...string) string {
-		t.Helper()
+	runErr := func(args ...string) (string, error) {
 		cmd := exec.Command(bin, append([]string{"--kubeconfig", cluster.Kubeconfig, "-l", harness.LabelScope + "=" + s.ID, "-n", s.NS}, args...)...)
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		if err := cmd.Run(); err != nil {
-			t.Fatalf("kubectl gpu %v: %v\n%s", args, err, errb.String())
+			return "", fmt.Errorf("%w: %s", err, errb.String())
 		}
 		// Node names and the namespace carry the scope's ID, and fake
 		// HAMi's UUIDs are made from the node names.
-		return uuids.ReplaceAllString(strings.ReplaceAll(out.String(), s.ID, "ID"), "GPU-<uuid>")
+		return uuids.ReplaceAllString(strings.ReplaceAll(out.String(), s.ID, "ID"), "GPU-<uuid>"), nil
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := runErr(args...)
+		if err != nil {
+			t.Fatalf("kubectl gpu %v: %v", args, err)
+		}
+		return out
 	}
 	for name, args := range map[string][]string{
 		"nodes":   {"nodes"},
@@ -104,15 +118,149 @@ func TestKubectlGPU(t *testing.T) {
 	if nodes.AllocatedMilli != 3150 || nodes.CapacityMilli != 7000 {
 		t.Errorf("json: %d of %d milli allocated, want 3150 of 7000", nodes.AllocatedMilli, nodes.CapacityMilli)
 	}
+	// The learned workload is every GPU pod of the profile, whatever -n
+	// says (it narrows only what is shown), as the scheduler learns it.
 	var frag kubectlgpu.FragReport
-	if err := json.Unmarshal([]byte(run("frag", "-o", "json")), &frag); err != nil {
+	err := wait.PollUntilContextTimeout(s.Ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		all, err := cluster.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		want := 0
+		for i := range all.Items {
+			if p := &all.Items[i]; p.Spec.SchedulerName == gpu.SchedulerName && gpu.UsesGPU(p, gpu.DefaultRequestOptions) {
+				want++
+			}
+		}
+		if err := json.Unmarshal([]byte(run("frag", "-o", "json")), &frag); err != nil {
+			return false, err
+		}
+		return strings.Contains(frag.Workload, fmt.Sprintf("the %d GPU pods", want)) && len(frag.Kinds) >= 5, nil
+	})
+	if err != nil {
+		t.Errorf("learned workload: %q, kinds %v: %v", frag.Workload, frag.Kinds, err)
+	}
+	if out := run("pending", "-o", "yaml"); !strings.Contains(out, "name: waits") || !strings.Contains(out, "kind: PendingList") {
+		t.Errorf("yaml: %s", out)
+	}
+	// kubectl's output conventions: name, jsonpath, go-template, wide,
+	// --no-headers.
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"nodes -o name":     {[]string{"nodes", "-o", "name"}, "node/ID-a100\nnode/ID-l4\nnode/ID-t4\n"},
+		"pending -o name":   {[]string{"pending", "-o", "name"}, "pod/waits\n"},
+		"frag -o name":      {[]string{"frag", "--workload", "testdata/workload.yaml", "-o", "name"}, "node/ID-a100\nnode/ID-l4\nnode/ID-t4\n"},
+		"nodes -o jsonpath": {[]string{"nodes", "-o", "jsonpath={.capacityMilli} {.nodes[*].name}"}, "7000 ID-a100 ID-l4 ID-t4"},
+		"pending --template": {[]string{"pending", "-o", "go-template", "--template", "{{range .items}}{{.name}}: {{.request}}{{end}}"},
+			"waits: 4 GPU"},
+		"pending --no-headers": {[]string{"pending", "--no-headers"},
+			"e2e-ID waits 4 GPU needs 4 free GPUs on one node; no node of an allowed model has that many free\n"},
+	} {
+		if got := run(tc.args...); squeeze(got) != squeeze(tc.want) {
+			t.Errorf("%s: got %q, want %q", name, got, tc.want)
+		}
+	}
+	t.Run("nodes-wide", func(t *testing.T) {
+		got := run("nodes", "-o", "wide")
+		golden := filepath.Join("testdata", "kubectl-gpu-nodes-wide.txt")
+		if *update {
+			if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(golden)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if squeeze(got) != squeeze(string(want)) {
+			t.Errorf("kubectl gpu nodes -o wide:\n%s\nwant (%s):\n%s", got, golden, want)
+		}
+	})
+	if got := run("pending", "-o", "wide"); !strings.Contains(got, "NOMINATED NODE") || !strings.Contains(got, "<none>") {
+		t.Errorf("pending -o wide: %s", got)
+	}
+	if _, err := runErr("nodes", "-o", "table"); err == nil || !strings.Contains(err.Error(), "wide") {
+		t.Errorf("an unknown format: %v", err)
+	}
+
+	// The namespace is the context's, as kubectl's; -A is every one. A
+	// pod of another namespace waits too.
+	other := s.ID + "-other"
+	if _, err := cluster.Client.CoreV1().Namespaces().Create(s.Ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(frag.Workload, "5 GPU pods") || len(frag.Kinds) != 5 {
-		t.Errorf("learned workload: %q, kinds %v", frag.Workload, frag.Kinds)
+	t.Cleanup(func() {
+		_ = cluster.Client.CoreV1().Namespaces().Delete(context.Background(), other, metav1.DeleteOptions{})
+	})
+	elsewhere := s.Pod(harness.PodSpec{Name: "waits-elsewhere", GPUs: 8})
+	elsewhere.Namespace = other
+	if _, err := cluster.Client.CoreV1().Pods(other).Create(s.Ctx, elsewhere, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
-	if out := run("pending", "-o", "yaml"); !strings.Contains(out, "name: waits") {
-		t.Errorf("yaml: %s", out)
+	cfg, err := clientcmd.LoadFromFile(cluster.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Contexts[cfg.CurrentContext].Namespace = s.NS
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, kc); err != nil {
+		t.Fatal(err)
+	}
+	inContext := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(bin, append([]string{"--kubeconfig", kc, "-l", harness.LabelScope + "=" + s.ID}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("kubectl gpu %v: %v", args, err)
+		}
+		return string(out)
+	}
+	if got := inContext("pending", "-o", "name"); got != "pod/waits\n" {
+		t.Errorf("pending in the context's namespace: %q, want pod/waits", got)
+	}
+	if got := inContext("pending", "-A", "-o", "name"); !strings.Contains(got, "pod/waits\n") || !strings.Contains(got, "pod/waits-elsewhere\n") {
+		t.Errorf("pending -A: %q, want both pods", got)
+	}
+
+	// whatif -f as kubectl reads it: a directory (in name order), stdin,
+	// and a pod of another namespace than -n refused.
+	dir := t.TempDir()
+	for name, spec := range map[string]harness.PodSpec{"a.yaml": {Name: "first", GPUs: 1}, "b.yaml": {Name: "second", Milli: 500}} {
+		p := s.Pod(spec)
+		p.APIVersion, p.Kind = "v1", "Pod"
+		p.Namespace = ""
+		b, err := yaml.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := run("whatif", "-f", dir, "-o", "name"); got != "pod/first\npod/second\n" {
+		t.Errorf("whatif -f DIR: %q", got)
+	}
+	stdin, err := os.ReadFile(filepath.Join(dir, "a.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--kubeconfig", cluster.Kubeconfig, "-l", harness.LabelScope+"="+s.ID, "-n", s.NS, "whatif", "-f", "-", "-o", "json")
+	cmd.Stdin = bytes.NewReader(stdin)
+	out, err := cmd.Output()
+	var placed struct {
+		Kind  string                      `json:"kind"`
+		Items []simulator.WhatIfPlacement `json:"items"`
+	}
+	if err != nil || json.Unmarshal(out, &placed) != nil || placed.Kind != "WhatIfList" || len(placed.Items) != 1 ||
+		placed.Items[0].Name != "first" || placed.Items[0].Namespace != s.NS || placed.Items[0].Node == "" {
+		t.Errorf("whatif -f -: %v %+v\n%s", err, placed, out)
+	}
+	wrongNS := strings.Replace(string(stdin), "metadata:\n", "metadata:\n  namespace: elsewhere\n", 1)
+	cmd = exec.Command(bin, "--kubeconfig", cluster.Kubeconfig, "-l", harness.LabelScope+"="+s.ID, "-n", s.NS, "whatif", "-f", "-")
+	cmd.Stdin = strings.NewReader(wrongNS)
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "namespace") {
+		t.Errorf("a pod of another namespace than -n: %v\n%s", err, out)
 	}
 }
 
