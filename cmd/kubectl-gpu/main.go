@@ -155,11 +155,11 @@ func newCommand() *cobra.Command {
 			if wopts.Pods, err = kubectlgpu.PodsOf(infos); err != nil {
 				return err
 			}
-			ps, from, err := o.WhatIf(ctx, wopts)
+			r, err := o.WhatIf(ctx, wopts)
 			if err != nil {
 				return err
 			}
-			return o.PrintWhatIf(ps, from)
+			return o.PrintWhatIf(r)
 		}),
 	}
 	whatif.Flags().StringSliceVarP(&files.Filenames, "filename", "f", nil, "the pods to place, in order: files, directories, URLs, or - for stdin (YAML or JSON, several documents)")

@@ -15,6 +15,7 @@ import (
 	"k8s.io/cli-runtime/pkg/resource"
 	corev1defaults "k8s.io/kubernetes/pkg/apis/core/v1"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpu-scheduler/gpu-scheduler/manifests"
 	ourconfig "github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
@@ -32,21 +33,72 @@ type WhatIfOptions struct {
 	Policy string
 }
 
+// WhatIfReport is `kubectl gpu whatif`.
+type WhatIfReport struct {
+	// Configuration says which configuration the profile came from.
+	Configuration string `json:"configuration"`
+	// Notes say where the prediction may differ from what the scheduler
+	// will do.
+	Notes []string                    `json:"notes,omitempty"`
+	Items []simulator.WhatIfPlacement `json:"items"`
+}
+
 // WhatIf takes the cluster as it is and places the given pods, one after the
-// other, through the scheduler's framework profile (the simulator's engine),
-// without writing anything to the cluster.
-func (o *Options) WhatIf(ctx context.Context, w WhatIfOptions) ([]simulator.WhatIfPlacement, string, error) {
+// other (a gang's members together, all or nothing), through the scheduler's
+// framework profile (the simulator's engine), without writing anything to
+// the cluster.
+func (o *Options) WhatIf(ctx context.Context, w WhatIfOptions) (*WhatIfReport, error) {
 	pods := w.Pods
 	if len(pods) == 0 {
-		return nil, "", fmt.Errorf("no pods given")
+		return nil, fmt.Errorf("no pods given")
 	}
 	v, err := o.view(ctx, w.Policy)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	defer v.Close()
-	out, err := v.Place(ctx, pods)
-	return out, v.from, err
+	out, err := v.Place(ctx, pods, func(ns, group string) (int, bool) { return o.gangNeeds(ctx, v.cluster, ns, group) })
+	if err != nil {
+		return nil, err
+	}
+	r := &WhatIfReport{Configuration: v.from, Items: out}
+	// Above 100 nodes the scheduler scores only the first feasible nodes
+	// it finds, from a start that rotates with every pod it schedules:
+	// what it rotated through is not known here.
+	if n := len(v.nodes); v.scored < n {
+		r.Notes = append(r.Notes, fmt.Sprintf("the scheduler scores only the first %d feasible nodes of %d it finds (percentageOfNodesToScore), "+
+			"searching from a start that rotates with every pod it schedules; whatif scores every node, so where nodes score alike "+
+			"it may name another than the scheduler will", v.scored, n))
+	}
+	if o.Selector != "" {
+		r.Notes = append(r.Notes, "only the nodes that match -l "+o.Selector+" are considered; the scheduler considers every node")
+	}
+	return r, nil
+}
+
+// gangNeeds is how many more members of a pod group must fit for it to
+// bind: its gang policy's minCount, less the members already bound; -1
+// (all those given) where the PodGroup cannot be read (the API is served
+// from Kubernetes 1.37, with GenericWorkload); not a gang under the Basic
+// policy.
+func (o *Options) gangNeeds(ctx context.Context, c *cluster, ns, group string) (int, bool) {
+	pg, err := o.Client.SchedulingV1beta1().PodGroups(ns).Get(ctx, group, metav1.GetOptions{})
+	if err != nil {
+		return -1, true
+	}
+	g := pg.Spec.SchedulingPolicy.Gang
+	if g == nil {
+		return 0, false
+	}
+	n := int(g.MinCount)
+	for i := range c.all {
+		p := &c.all[i]
+		if p.Namespace == ns && p.Spec.NodeName != "" && p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed &&
+			p.Spec.SchedulingGroup != nil && p.Spec.SchedulingGroup.PodGroupName != nil && *p.Spec.SchedulingGroup.PodGroupName == group {
+			n--
+		}
+	}
+	return max(n, 0), true
 }
 
 // view is the cluster as the deployed scheduler's profile counts it: its
@@ -55,9 +107,11 @@ type view struct {
 	*cluster
 	*simulator.Deployed
 	// from says which configuration the profile came from.
-	from  string
-	prof  *config.KubeSchedulerProfile
-	ropts gpu.RequestOptions
+	from string
+	// scored is how many feasible nodes the deployed profile scores.
+	scored int
+	prof   *config.KubeSchedulerProfile
+	ropts  gpu.RequestOptions
 	// seen counts the pods of the profile that a learned workload learned.
 	seen int
 }
@@ -107,6 +161,15 @@ func (o *Options) view(ctx context.Context, policy string) (*view, error) {
 			o.SchedulerName = cfg.Profiles[0].SchedulerName
 		}
 	}
+	// What the deployed profile scores (WhatIfProfile scores every node).
+	var deployedPct *int32
+	var globalPct int32
+	if cfg, err := offline.LoadConfig(data); err == nil {
+		globalPct = ptr.Deref(cfg.PercentageOfNodesToScore, 0)
+		if p, err := offline.Profile(cfg, o.SchedulerName); err == nil {
+			deployedPct = p.PercentageOfNodesToScore
+		}
+	}
 	prof, err := simulator.WhatIfProfile(data, o.SchedulerName, policy)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", from, err)
@@ -136,7 +199,8 @@ func (o *Options) view(ctx context.Context, policy string) (*view, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", from, err)
 	}
-	v := &view{cluster: c, Deployed: d, from: from, prof: prof, ropts: d.Tracker().RequestOptions()}
+	v := &view{cluster: c, Deployed: d, from: from, prof: prof, ropts: d.Tracker().RequestOptions(),
+		scored: simulator.NodesScored(deployedPct, globalPct, len(nodes))}
 	for _, pc := range prof.PluginConfig {
 		if a, ok := pc.Args.(*ourconfig.GPUFitArgs); ok {
 			// As GPUFit reads requests: shares only where delivered.
@@ -206,16 +270,20 @@ func podsOf(objs []*unstructured.Unstructured) ([]*v1.Pod, error) {
 }
 
 // PrintWhatIf writes the placements.
-func (o *Options) PrintWhatIf(ps []simulator.WhatIfPlacement, from string) error {
+func (o *Options) PrintWhatIf(r *WhatIfReport) error {
+	ps := r.Items
 	if !o.table() {
 		names := make([]string, len(ps))
 		for i := range ps {
 			names[i] = "pod/" + ps[i].Name
 		}
-		return o.print("WhatIfList", ps, names)
+		return o.print("WhatIfList", r, names)
 	}
 	if !o.NoHeaders {
-		fmt.Fprintf(o.Out, "Placed with %s, on the cluster as it is now; nothing was written.\n", from)
+		fmt.Fprintf(o.Out, "Placed with %s, on the cluster as it is now; nothing was written.\n", r.Configuration)
+		for _, n := range r.Notes {
+			fmt.Fprintf(o.Out, "Note: %s.\n", n)
+		}
 	}
 	w := tabwriter.NewWriter(o.Out, 0, 0, 2, ' ', 0)
 	o.header(w, "NAMESPACE\tPOD\tNODE\tDEVICES\tPENDING")

@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
@@ -125,60 +126,162 @@ func WhatIf(ctx context.Context, prof *config.KubeSchedulerProfile, nodes []*v1.
 		return nil, err
 	}
 	defer d.Close()
-	return d.Place(ctx, pods)
+	return d.Place(ctx, pods, nil)
 }
 
 // Place places pods, one after the other, as WhatIf says; each placed pod
-// stays assumed on the copy.
-func (d *Deployed) Place(ctx context.Context, pods []*v1.Pod) ([]WhatIfPlacement, error) {
-	fw, cluster, prof := d.fw, d.cluster, d.fw.ProfileName()
-	out := make([]WhatIfPlacement, 0, len(pods))
+// stays assumed on the copy. The members of a pod group (a gang:
+// spec.schedulingGroup.podGroupName) are placed together, at the place of
+// the first, all or nothing: need says how many of a group's given members
+// must fit (nil, or -1: all of them), and whether the group is a gang at
+// all; if fewer fit, none is placed and their devices are free for the
+// pods after them.
+func (d *Deployed) Place(ctx context.Context, pods []*v1.Pod, need func(namespace, group string) (int, bool)) ([]WhatIfPlacement, error) {
+	out := make([]WhatIfPlacement, len(pods))
+	done := make([]bool, len(pods))
 	for i, p := range pods {
+		if done[i] {
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		pod := p.DeepCopy()
-		pod.Spec.SchedulerName = prof
-		pod.Spec.NodeName = ""
-		if pod.Namespace == "" {
-			pod.Namespace = "default"
+		ns, group := namespaceOf(p), groupOf(p)
+		want, gang := -1, group != ""
+		if gang && need != nil {
+			want, gang = need(ns, group)
 		}
-		if pod.UID == "" {
-			pod.UID = types.UID(fmt.Sprintf("whatif-%d-%s", i, pod.Name))
-		}
-		pl := WhatIfPlacement{Namespace: pod.Namespace, Name: pod.Name}
-		res := offline.Schedule(ctx, fw, cluster, pod)
-		if res.Node == "" {
-			if res.Err == nil {
-				return nil, fmt.Errorf("pod %s: no node and no reason", pod.Name)
+		if !gang {
+			pl, _, err := d.placeOne(ctx, i, p)
+			if err != nil {
+				return nil, err
 			}
-			if _, fit := res.Err.(*framework.FitError); !fit {
-				return nil, fmt.Errorf("pod %s: %w", pod.Name, res.Err)
-			}
-			pl.Reason = strings.TrimSpace(res.Err.Error())
-			out = append(out, pl)
+			out[i], done[i] = pl, true
 			continue
 		}
-		assumed := pod.DeepCopy()
-		assumed.Spec.NodeName = res.Node
-		if st := fw.RunReservePluginsReserve(ctx, res.State, assumed, res.Node); !st.IsSuccess() {
-			fw.RunReservePluginsUnreserve(ctx, res.State, assumed, res.Node)
-			pl.Reason = "reserve: " + st.Message()
-			out = append(out, pl)
-			continue
-		}
-		pl.Node = res.Node
-		if t := gpufit.TrackerOf(fw); t != nil {
-			if _, r, ok := t.Reserved(assumed.UID); ok {
-				pl.Devices = gpu.NewAssignment(res.Node, r.Choice).String()
+		var members []int
+		for j := i; j < len(pods); j++ {
+			if !done[j] && groupOf(pods[j]) == group && namespaceOf(pods[j]) == ns {
+				members = append(members, j)
 			}
 		}
-		// Assumed, as the scheduler's cache holds it until the bind: its
-		// reservation counts for the pods after it.
-		if err := cluster.Bind(assumed); err != nil {
-			return nil, err
+		if want < 0 {
+			want = len(members)
 		}
-		out = append(out, pl)
+		var placed []undo
+		for _, j := range members {
+			pl, u, err := d.placeOne(ctx, j, pods[j])
+			if err != nil {
+				return nil, err
+			}
+			out[j], done[j] = pl, true
+			if u != nil {
+				placed = append(placed, *u)
+			}
+		}
+		if len(placed) >= want {
+			continue
+		}
+		// Not enough: as the scheduler's gang, nothing binds, and what the
+		// members held is released.
+		for _, u := range placed {
+			d.fw.RunReservePluginsUnreserve(ctx, u.state, u.pod, u.pod.Spec.NodeName)
+			if err := d.cluster.Remove(u.pod); err != nil {
+				return nil, err
+			}
+		}
+		why := fmt.Sprintf("gang %s: %d of the %d members it needs would fit; none is placed (all or nothing)", group, len(placed), want)
+		for _, j := range members {
+			own := out[j].Reason
+			out[j].Node, out[j].Devices, out[j].Reason = "", "", why
+			if own != "" {
+				out[j].Reason += "; this one: " + own
+			}
+		}
 	}
 	return out, nil
+}
+
+// undo is what takes a placed pod back.
+type undo struct {
+	pod   *v1.Pod
+	state fwk.CycleState
+}
+
+func namespaceOf(p *v1.Pod) string {
+	if p.Namespace == "" {
+		return "default"
+	}
+	return p.Namespace
+}
+
+func groupOf(p *v1.Pod) string {
+	if g := p.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {
+		return *g.PodGroupName
+	}
+	return ""
+}
+
+// placeOne schedules one pod on the copy and, if it fits, reserves and
+// assumes it, as the scheduler's cache holds it until the bind: its
+// reservation counts for the pods after it.
+func (d *Deployed) placeOne(ctx context.Context, i int, p *v1.Pod) (WhatIfPlacement, *undo, error) {
+	fw, cluster := d.fw, d.cluster
+	pod := p.DeepCopy()
+	pod.Spec.SchedulerName = fw.ProfileName()
+	pod.Spec.NodeName = ""
+	pod.Namespace = namespaceOf(p)
+	if pod.UID == "" {
+		pod.UID = types.UID(fmt.Sprintf("whatif-%d-%s", i, pod.Name))
+	}
+	pl := WhatIfPlacement{Namespace: pod.Namespace, Name: pod.Name}
+	res := offline.Schedule(ctx, fw, cluster, pod)
+	if res.Node == "" {
+		if res.Err == nil {
+			return pl, nil, fmt.Errorf("pod %s: no node and no reason", pod.Name)
+		}
+		if _, fit := res.Err.(*framework.FitError); !fit {
+			return pl, nil, fmt.Errorf("pod %s: %w", pod.Name, res.Err)
+		}
+		pl.Reason = strings.TrimSpace(res.Err.Error())
+		return pl, nil, nil
+	}
+	assumed := pod.DeepCopy()
+	assumed.Spec.NodeName = res.Node
+	if st := fw.RunReservePluginsReserve(ctx, res.State, assumed, res.Node); !st.IsSuccess() {
+		fw.RunReservePluginsUnreserve(ctx, res.State, assumed, res.Node)
+		pl.Reason = "reserve: " + st.Message()
+		return pl, nil, nil
+	}
+	pl.Node = res.Node
+	if t := gpufit.TrackerOf(fw); t != nil {
+		if _, r, ok := t.Reserved(assumed.UID); ok {
+			pl.Devices = gpu.NewAssignment(res.Node, r.Choice).String()
+		}
+	}
+	if err := cluster.Bind(assumed); err != nil {
+		return pl, nil, err
+	}
+	return pl, &undo{pod: assumed, state: res.State}, nil
+}
+
+// NodesScored is how many feasible nodes the scheduler finds before it
+// scores, out of numAllNodes (kube-scheduler's numFeasibleNodesToFind,
+// v1.37.2): all of them below 100; else the profile's
+// percentageOfNodesToScore, else the configuration's, where 0 is adaptive
+// (50% less 1% per 125 nodes, at least 5%); never fewer than 100. It looks
+// for them from a start that rotates with every pod it schedules.
+func NodesScored(profile *int32, global int32, numAllNodes int) int {
+	const minNodes, minPercentage = 100, 5
+	if numAllNodes < minNodes {
+		return numAllNodes
+	}
+	percentage := global
+	if profile != nil {
+		percentage = *profile
+	}
+	if percentage == 0 {
+		percentage = max(int32(50)-int32(numAllNodes/125), minPercentage)
+	}
+	return max(numAllNodes*int(percentage)/100, minNodes)
 }

@@ -250,10 +250,13 @@ func TestKubectlGPU(t *testing.T) {
 	out, err := cmd.Output()
 	var placed struct {
 		Kind  string                      `json:"kind"`
+		Notes []string                    `json:"notes"`
 		Items []simulator.WhatIfPlacement `json:"items"`
 	}
+	// -l narrows the nodes whatif sees, not the scheduler's: it says so.
 	if err != nil || json.Unmarshal(out, &placed) != nil || placed.Kind != "WhatIfList" || len(placed.Items) != 1 ||
-		placed.Items[0].Name != "first" || placed.Items[0].Namespace != s.NS || placed.Items[0].Node == "" {
+		placed.Items[0].Name != "first" || placed.Items[0].Namespace != s.NS || placed.Items[0].Node == "" ||
+		len(placed.Notes) != 1 || !strings.Contains(placed.Notes[0], "-l") {
 		t.Errorf("whatif -f -: %v %+v\n%s", err, placed, out)
 	}
 	wrongNS := strings.Replace(string(stdin), "metadata:\n", "metadata:\n  namespace: elsewhere\n", 1)

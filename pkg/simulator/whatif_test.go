@@ -1,0 +1,136 @@
+package simulator
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpu-scheduler/gpu-scheduler/manifests"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+)
+
+func whatIfNode(name string, gpus int) *v1.Node {
+	rl := v1.ResourceList{v1.ResourceCPU: resource.MustParse("64"), v1.ResourceMemory: resource.MustParse("256Gi"),
+		v1.ResourcePods: resource.MustParse("110"), gpu.ResourceNvidiaGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI)}
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{gpu.LabelGPUProduct: "A100"}},
+		Status: v1.NodeStatus{Capacity: rl, Allocatable: rl}}
+}
+
+func whatIfPod(name, group string, gpus int) *v1.Pod {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{
+			Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1"), gpu.ResourceNvidiaGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI)},
+			Limits:   v1.ResourceList{gpu.ResourceNvidiaGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI)}}}}}}
+	if group != "" {
+		p.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptr.To(group)}
+	}
+	return p
+}
+
+// A gang is placed all or nothing, at the place of its first member: one
+// that cannot get all the members it needs takes nothing, and the pods
+// after it get what it would have held; one that can is placed whole,
+// even where its members are given apart.
+func TestWhatIfGangs(t *testing.T) {
+	ctx := context.Background()
+	prof, err := WhatIfProfile(manifests.SchedulerConfig, gpu.SchedulerName, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []*v1.Node{whatIfNode("a", 4), whatIfNode("b", 4)}
+	for _, tc := range []struct {
+		name string
+		pods []*v1.Pod
+		need map[string]int // per group; absent: all given
+		// placed: the pods with a node, in order
+		placed []string
+		why    map[string]string // a pod's reason contains
+	}{
+		{name: "too big: nothing held, the next pod gets it",
+			pods:   []*v1.Pod{whatIfPod("g-0", "g", 4), whatIfPod("g-1", "g", 4), whatIfPod("g-2", "g", 4), whatIfPod("solo", "", 4)},
+			placed: []string{"solo"},
+			why:    map[string]string{"g-0": "gang g: 2 of the 3 members", "g-2": "this one:"}},
+		{name: "fits whole, members given apart",
+			pods:   []*v1.Pod{whatIfPod("g-0", "g", 2), whatIfPod("solo", "", 4), whatIfPod("g-1", "g", 2)},
+			placed: []string{"g-0", "solo", "g-1"}},
+		{name: "minCount below the members given",
+			pods:   []*v1.Pod{whatIfPod("g-0", "g", 4), whatIfPod("g-1", "g", 4), whatIfPod("g-2", "g", 4)},
+			need:   map[string]int{"g": 2},
+			placed: []string{"g-0", "g-1"}},
+		{name: "minCount above what fits",
+			pods:   []*v1.Pod{whatIfPod("g-0", "g", 4), whatIfPod("g-1", "g", 4), whatIfPod("g-2", "g", 4), whatIfPod("h-0", "h", 4)},
+			need:   map[string]int{"g": 3},
+			placed: []string{"h-0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := NewDeployed(ctx, prof, nodes, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			out, err := d.Place(ctx, tc.pods, func(_, group string) (int, bool) {
+				if n, ok := tc.need[group]; ok {
+					return n, true
+				}
+				return -1, true
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var placed []string
+			for i, pl := range out {
+				if pl.Name != tc.pods[i].Name {
+					t.Fatalf("placement %d is %s, want %s (input order)", i, pl.Name, tc.pods[i].Name)
+				}
+				if pl.Node != "" {
+					placed = append(placed, pl.Name)
+				}
+				if want, ok := tc.why[pl.Name]; ok && !strings.Contains(pl.Reason, want) {
+					t.Errorf("%s: reason %q, want it to say %q", pl.Name, pl.Reason, want)
+				}
+			}
+			if fmt.Sprint(placed) != fmt.Sprint(tc.placed) {
+				t.Errorf("placed %v, want %v (%+v)", placed, tc.placed, out)
+			}
+			// Nothing of an unplaced gang is left held.
+			held := 0
+			for _, n := range d.cluster.Nodes() {
+				held += len(n.GetPods())
+			}
+			if held != len(tc.placed) {
+				t.Errorf("%d pods left on the copy, want %d", held, len(tc.placed))
+			}
+		})
+	}
+}
+
+// The scheduler's numFeasibleNodesToFind (v1.37.2).
+func TestNodesScored(t *testing.T) {
+	for _, tc := range []struct {
+		profile *int32
+		global  int32
+		nodes   int
+		want    int
+	}{
+		{nil, 0, 99, 99},
+		{nil, 0, 100, 100},
+		{nil, 0, 1000, 420},                // 50 - 8 = 42%
+		{nil, 0, 5000, 500},                // 50 - 40 = 10%
+		{nil, 0, 10000, 500},               // at least 5%
+		{nil, 0, 150, 100},                 // at least 100
+		{nil, 30, 1000, 300},               // the configuration's
+		{ptr.To[int32](70), 30, 1000, 700}, // the profile's first
+		{ptr.To[int32](0), 30, 1000, 420},  // 0 is adaptive
+		{ptr.To[int32](100), 0, 5000, 5000},
+	} {
+		if got := NodesScored(tc.profile, tc.global, tc.nodes); got != tc.want {
+			t.Errorf("NodesScored(%v, %d, %d) = %d, want %d", ptr.Deref(tc.profile, -1), tc.global, tc.nodes, got, tc.want)
+		}
+	}
+}
