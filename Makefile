@@ -96,7 +96,7 @@ manifests: $(BIN)/helm
 	$(BIN)/helm template gpu-scheduler manifests/charts/gpu-scheduler --namespace kube-system --kube-version 1.37.2 \
 	  --show-only templates/deployment.yaml > manifests/deployment.yaml.tmp
 	{ echo "# Generated from charts/gpu-scheduler (default values) by make manifests. Do not edit."; \
-	  sed -e '/^---$$/d' -e '/^# Source:/d' manifests/deployment.yaml.tmp; } > manifests/deployment.yaml
+	  sed -e '/^---$$/d' -e '/^# Source:/d' -e '/app.kubernetes.io\/managed-by: Helm/d' manifests/deployment.yaml.tmp; } > manifests/deployment.yaml
 	rm manifests/deployment.yaml.tmp
 
 # Release archives of kubectl-gpu (kubectl-gpu_<os>_<arch>.tar.gz, the binary

@@ -54,7 +54,9 @@ func newCommand() *cobra.Command {
 				}
 			}
 			switch {
-			case *template == "" && (o.Output == "" || o.Output == "wide" || o.Output == "name"):
+			// --template alone means go-template, as in kubectl; with
+			// -o wide or name it is ignored, as in kubectl.
+			case o.Output == "wide" || o.Output == "name" || (o.Output == "" && *template == ""):
 			default:
 				if o.Printer, err = printFlags.ToPrinter(); err != nil {
 					return fmt.Errorf("%w (or wide: a table with more columns)", err)

@@ -53,9 +53,10 @@ func (m *Monitor) handshake(p *v1.Pod, reason, note string) {
 }
 
 // ReleaseStaleLocks has the leader release a node's HAMi lock whose holder
-// will never be served (hami.StaleHolder: ended, gone, bound elsewhere, or
-// an unbound pod of ours whose bind was abandoned, inFlight after the lock
-// was taken), each time it judges the node: after the holder's own change,
+// will never be served or was served already (hami.StaleHolder: ended,
+// gone, bound elsewhere, its bind ended by the device plugin, or an unbound
+// pod of ours whose bind was abandoned, inFlight after the lock was taken),
+// each time it judges the node: after the holder's own change,
 // and at every resync. Nobody else releases such a lock: HAMi's scheduler
 // waits out its expiry.
 func (m *Monitor) ReleaseStaleLocks(client kubernetes.Interface, abandoned func(*v1.Pod) bool, inFlight time.Duration) {
@@ -87,9 +88,9 @@ func (m *Monitor) checkLock(ctx context.Context, node *v1.Node) {
 	logger := klog.FromContext(ctx)
 	switch {
 	case err != nil:
-		logger.Info("could not release the HAMi lock of a pod that ended; it expires", "node", klog.KObj(node), "lock", v, "err", err)
+		logger.Info("could not release a stale HAMi lock; it expires", "node", klog.KObj(node), "lock", v, "err", err)
 	case released:
-		logger.Info("released the HAMi lock of a pod that ended before the device plugin served it", "node", klog.KObj(node), "pod", klog.KRef(ns, name))
+		logger.Info("released a stale HAMi lock: its pod ended, went elsewhere, was served already, or its bind was abandoned", "node", klog.KObj(node), "pod", klog.KRef(ns, name))
 	}
 }
 

@@ -104,6 +104,7 @@ func TestHelmChart(t *testing.T) {
 			if rendered["PodDisruptionBudget/kube-system/gpu-scheduler"] == nil {
 				t.Errorf("no PodDisruptionBudget with two replicas")
 			}
+			checkReferences(t, objs)
 		}},
 		// Any namespace, any release name: every name is the release's
 		// (cluster-scoped ones too, so that two releases do not collide),
@@ -289,7 +290,8 @@ func TestHelmChart(t *testing.T) {
 	}
 	var kept []string
 	for _, l := range strings.Split(out, "\n") {
-		if l != "---" && !strings.HasPrefix(l, "# Source:") {
+		// Applied by kubectl, it is not managed by Helm.
+		if l != "---" && !strings.HasPrefix(l, "# Source:") && !strings.Contains(l, "app.kubernetes.io/managed-by: Helm") {
 			kept = append(kept, l)
 		}
 	}
@@ -314,12 +316,18 @@ func TestHelmChart(t *testing.T) {
 	if out, err := helm(t, "template", "x", chart, "--namespace", "default", "--kube-version", "1.37.2", "--set", "monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true"); err == nil || !strings.Contains(out, "not both") {
 		t.Errorf("a PodMonitor and a ServiceMonitor: %v\n%s", err, out)
 	}
-	// Two releases side by side: no object of one is the other's.
+	if out, err := helm(t, "template", "x", chart, "--namespace", "default", "--kube-version", "1.37.2", "--set", "monitoring.podMonitor.enabled=true,rbac.create=false"); err == nil || !strings.Contains(out, "secretName") {
+		t.Errorf("monitoring without RBAC nor a token: %v\n%s", err, out)
+	}
+	// Two releases side by side: no object of one is the other's, and the
+	// second's tenant-facing policies let the first's scheduler write its
+	// assignments (otherwise each would deny the other's bindings).
 	a1, err := helm(t, "template", "gpu-scheduler", chart, "--namespace", "kube-system", "--kube-version", "1.37.2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2, err := helm(t, "template", "other", chart, "--namespace", "kube-system", "--kube-version", "1.37.2", "--set", "schedulerName=other")
+	a2, err := helm(t, "template", "other", chart, "--namespace", "kube-system", "--kube-version", "1.37.2", "--set", "schedulerName=other",
+		"--set", "admissionPolicy.otherSchedulers[0]=system:serviceaccount:kube-system:gpu-scheduler")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,10 +337,23 @@ func TestHelmChart(t *testing.T) {
 	for _, o := range o1 {
 		first[objKey(o)] = true
 	}
+	exempt := 0
 	for _, o := range o2 {
 		if first[objKey(o)] {
 			t.Errorf("two releases both render %s", objKey(o))
 		}
+		conds, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
+		for _, c := range conds {
+			if e := fmt.Sprint(c.(map[string]interface{})["expression"]); strings.HasPrefix(e, "!(") {
+				exempt++
+				if e != "!(request.userInfo.username in ['system:serviceaccount:kube-system:other-gpu-scheduler', 'system:serviceaccount:kube-system:gpu-scheduler'])" {
+					t.Errorf("%s exempts %s", objKey(o), e)
+				}
+			}
+		}
+	}
+	if exempt != 2 {
+		t.Errorf("%d tenant-facing policies exempt the schedulers, want 2", exempt)
 	}
 	// As a subchart: the parent's values reach it under its name and the
 	// global ones beside them, which a strict schema must allow.
@@ -442,6 +463,27 @@ func checkRelease(t *testing.T, objs []*unstructured.Unstructured, release, ns, 
 	}
 	if policies == 0 {
 		t.Errorf("no admission policy")
+	}
+	checkReferences(t, objs)
+}
+
+// checkReferences: every role a binding of the release names, and every
+// policy a policy binding names, is rendered (the server's dry run does
+// not check it).
+func checkReferences(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	have := map[string]bool{}
+	for _, o := range objs {
+		have[o.GetKind()+"/"+o.GetName()] = true
+	}
+	for _, o := range objs {
+		if ref, ok, _ := unstructured.NestedStringMap(o.Object, "roleRef"); ok && !strings.HasPrefix(ref["name"], "system:") &&
+			ref["name"] != "extension-apiserver-authentication-reader" && !have[ref["kind"]+"/"+ref["name"]] {
+			t.Errorf("%s binds %s/%s, which is not rendered", objKey(o), ref["kind"], ref["name"])
+		}
+		if name, ok, _ := unstructured.NestedString(o.Object, "spec", "policyName"); ok && !have["ValidatingAdmissionPolicy/"+name] {
+			t.Errorf("%s binds policy %s, which is not rendered", objKey(o), name)
+		}
 	}
 }
 

@@ -49,6 +49,15 @@ app.kubernetes.io/component: scheduler
 {{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "gpu-scheduler.serviceAccountName" .) -}}
 {{- end -}}
 
+{{- /* 'a', 'b': CEL string literals. */ -}}
+{{- define "gpu-scheduler.quoteAll" -}}
+{{- $q := list -}}
+{{- range . -}}
+{{- $q = append $q (printf "'%s'" .) -}}
+{{- end -}}
+{{- join ", " $q -}}
+{{- end -}}
+
 {{- define "gpu-scheduler.configMapName" -}}
 {{- printf "%s-config" (include "gpu-scheduler.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
