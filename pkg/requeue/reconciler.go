@@ -892,6 +892,30 @@ func (r *Reconciler) exportPending() {
 		pendingByClass.WithLabelValues(class).Set(float64(n))
 		pendingAge.WithLabelValues(class).Set(oldest[class])
 	}
+	r.exportGangs(now)
+}
+
+// exportGangs publishes the unbound members of pod groups and the age of
+// the oldest: a gang member waits for the others (gated at PreEnqueue, or
+// holding its node at Permit), often with no unschedulable condition of
+// its own, so its wait is counted from its creation.
+func (r *Reconciler) exportGangs(now time.Time) {
+	objs, err := r.pods.GetIndexer().ByIndex(pendingIndex, r.cfg.SchedulerName)
+	if err != nil {
+		return
+	}
+	n, oldest := 0, 0.0
+	for _, o := range objs {
+		p, ok := o.(*v1.Pod)
+		if !ok || p.Spec.NodeName != "" || p.DeletionTimestamp != nil || p.Spec.SchedulingGroup == nil ||
+			p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+			continue
+		}
+		n++
+		oldest = max(oldest, now.Sub(p.CreationTimestamp.Time).Seconds())
+	}
+	gangPending.Set(float64(n))
+	gangPendingAge.Set(oldest)
 }
 
 var metav1PatchOptions = metav1.PatchOptions{}

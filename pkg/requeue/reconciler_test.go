@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -646,6 +647,40 @@ func TestExportsFragmentation(t *testing.T) {
 		if math.Abs(c.got-c.want) > 1e-9 {
 			t.Errorf("%s: %v, want %v", name, c.got, c.want)
 		}
+	}
+}
+
+// The unbound members of pod groups, and how long the oldest has existed:
+// bound members, pods of no group, another scheduler's and deleted ones do
+// not count.
+func TestExportsGangWaits(t *testing.T) {
+	e := newEnv(t)
+	member := func(name string, age time.Duration) *v1.Pod {
+		p := pendingPod(name, nil, 1)
+		p.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptr.To("g")}
+		p.CreationTimestamp = metav1.NewTime(time.Now().Add(-age))
+		p.Status.Conditions = nil // gated or at Permit: no condition
+		return p
+	}
+	bound := member("bound", time.Hour)
+	bound.Spec.NodeName = "n1"
+	other := member("other", time.Hour)
+	other.Spec.SchedulerName = "default-scheduler"
+	deleted := member("deleted", time.Hour)
+	deleted.DeletionTimestamp = ptr.To(metav1.Now())
+	e.add(t, gpuNode("n1", 4, "T4"), member("m1", 20*time.Minute), member("m2", time.Minute), bound, other, deleted,
+		pendingPod("solo", nil, 1))
+	e.r.exportAllocation()
+	n, err := testutil.GetGaugeMetricValue(gangPending)
+	if err != nil {
+		t.Fatal(err)
+	}
+	age, err := testutil.GetGaugeMetricValue(gangPendingAge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 || age < 1199 || age > 1260 {
+		t.Errorf("%v gang members pending, the oldest for %v s; want 2 and 1200", n, age)
 	}
 }
 
