@@ -24,7 +24,10 @@ import (
 // kubectl gpu whatif places pods as the scheduler then does: the same
 // nodes and devices for each, the same pods left pending. A gpu-scheduler
 // of its own (default profile, learned fragmentation scoring) schedules the
-// pods one by one after the what-if, from the same starting cluster.
+// pods one by one after the what-if, from the same starting cluster. The
+// cluster has more than 100 nodes (110 without GPUs), where the scheduler
+// scores only part of them: whatif says so, and still predicts every bind,
+// since fewer nodes than that are feasible for a GPU pod.
 func TestWhatIfMatchesScheduling(t *testing.T) {
 	if !cluster.Local() {
 		t.Skip("needs the local control plane")
@@ -40,6 +43,11 @@ func TestWhatIfMatchesScheduling(t *testing.T) {
 	s.AddNodes(fleet.Node{Name: "a", CPU: "32", Memory: "128Gi", GPUs: 4, Model: "Tesla-T4", MemoryMiB: 15360},
 		fleet.Node{Name: "b", CPU: "32", Memory: "128Gi", GPUs: 2, Model: "Tesla-T4", MemoryMiB: 15360},
 		fleet.Node{Name: "c", CPU: "16", Memory: "64Gi", GPUs: 2, Model: "NVIDIA-L4", MemoryMiB: 23034})
+	var cpuNodes []fleet.Node
+	for i := 0; i < 110; i++ {
+		cpuNodes = append(cpuNodes, fleet.Node{Name: fmt.Sprintf("cpu-%03d", i), CPU: "8", Memory: "32Gi"})
+	}
+	s.AddNodes(cpuNodes...)
 	// A cluster that is not empty.
 	for _, spec := range []harness.PodSpec{{Name: "old-1", Milli: 400}, {Name: "old-2", GPUs: 1}} {
 		spec.Scheduler = profile
@@ -83,12 +91,16 @@ func TestWhatIfMatchesScheduling(t *testing.T) {
 		t.Fatalf("kubectl gpu whatif: %v\n%s", err, lastLines(errb.String(), 15))
 	}
 	var list struct {
+		Notes []string                    `json:"notes"`
 		Items []simulator.WhatIfPlacement `json:"items"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &list); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	predicted := list.Items
+	if !strings.Contains(strings.Join(list.Notes, "\n"), "first 100 feasible nodes of 113") {
+		t.Errorf("whatif on 113 nodes does not say the scheduler scores only part of them: %q", list.Notes)
+	}
 	if len(predicted) != len(specs) {
 		t.Fatalf("whatif placed %d pods, want %d", len(predicted), len(specs))
 	}
