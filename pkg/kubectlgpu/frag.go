@@ -63,10 +63,16 @@ func (o *Options) Frag(ctx context.Context) (*FragReport, error) {
 		// The scheduler's own: static from its configuration, or learned
 		// by its profile from the pods it sees.
 		wl = c.Workload()
-		if a := c.scoreArgs(); a != nil && a.TargetWorkload.Mode == ourconfig.WorkloadStatic {
+		switch a := c.scoreArgs(); {
+		case a != nil && a.TargetWorkload.Mode == ourconfig.WorkloadStatic:
 			from = "static, from " + c.from
-		} else {
+		case c.published != "":
+			from = "learned: " + c.published
+		default:
 			from = fmt.Sprintf("learned from the %d GPU pods of %s, as %s learns it", c.seen, o.SchedulerName, c.from)
+			if c.targetNote != "" {
+				from += " (" + c.targetNote + ")"
+			}
 		}
 	}
 	r := &FragReport{Workload: from, Kinds: []Kind{}, Nodes: []NodeFrag{}}

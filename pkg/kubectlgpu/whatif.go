@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -73,6 +74,9 @@ func (o *Options) WhatIf(ctx context.Context, w WhatIfOptions) (*WhatIfReport, e
 	if o.Selector != "" {
 		r.Notes = append(r.Notes, "only the nodes that match -l "+o.Selector+" are considered; the scheduler considers every node")
 	}
+	if v.targetNote != "" {
+		r.Notes = append(r.Notes, v.targetNote)
+	}
 	return r, nil
 }
 
@@ -110,8 +114,11 @@ type view struct {
 	from string
 	// scored is how many feasible nodes the deployed profile scores.
 	scored int
-	prof   *config.KubeSchedulerProfile
-	ropts  gpu.RequestOptions
+	// published says where the learned target pinned came from ("" when
+	// it is learned here); targetNote why it is not the scheduler's.
+	published, targetNote string
+	prof                  *config.KubeSchedulerProfile
+	ropts                 gpu.RequestOptions
 	// seen counts the pods of the profile that a learned workload learned.
 	seen int
 }
@@ -162,12 +169,19 @@ func (o *Options) view(ctx context.Context, policy string) (*view, error) {
 		}
 	}
 	// What the deployed profile scores (WhatIfProfile scores every node).
+	// And where it publishes its learned target (WhatIfProfile clears it).
 	var deployedPct *int32
 	var globalPct int32
+	var publishTo string
 	if cfg, err := offline.LoadConfig(data); err == nil {
 		globalPct = ptr.Deref(cfg.PercentageOfNodesToScore, 0)
 		if p, err := offline.Profile(cfg, o.SchedulerName); err == nil {
 			deployedPct = p.PercentageOfNodesToScore
+			for _, pc := range p.PluginConfig {
+				if a, ok := pc.Args.(*ourconfig.GPUScoreArgs); ok && a.TargetWorkload.Mode == ourconfig.WorkloadLearned {
+					publishTo = a.TargetWorkload.PublishTo
+				}
+			}
 		}
 	}
 	prof, err := simulator.WhatIfProfile(data, o.SchedulerName, policy)
@@ -201,6 +215,20 @@ func (o *Options) view(ctx context.Context, policy string) (*view, error) {
 	}
 	v := &view{cluster: c, Deployed: d, from: from, prof: prof, ropts: d.Tracker().RequestOptions(),
 		scored: simulator.NodesScored(deployedPct, globalPct, len(nodes))}
+	if publishTo != "" {
+		// The target as the scheduler holds it, which remembers deleted
+		// pods; without it, what its profile learns from the pods here.
+		wl, at, err := o.published(ctx, publishTo)
+		switch {
+		case err != nil:
+			v.targetNote = fmt.Sprintf("the scheduler's learned target could not be read (%v): approximated from the pods that exist now", err)
+		case wl == nil:
+			v.targetNote = "the scheduler has not published its learned target on lease " + publishTo + " yet: approximated from the pods that exist now"
+		default:
+			d.PinWorkload(wl)
+			v.published = fmt.Sprintf("the scheduler's own, published on lease %s at %s", publishTo, at.Format(time.RFC3339))
+		}
+	}
 	for _, pc := range prof.PluginConfig {
 		if a, ok := pc.Args.(*ourconfig.GPUFitArgs); ok {
 			// As GPUFit reads requests: shares only where delivered.
@@ -301,4 +329,31 @@ func (o *Options) PrintWhatIf(r *WhatIfReport) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.Namespace, p.Name, node, devices, why)
 	}
 	return w.Flush()
+}
+
+// published reads the learned target the scheduler's leader publishes on
+// its lease (GPUScore's targetWorkload.publishTo) for this profile: nil if
+// it has not yet.
+func (o *Options) published(ctx context.Context, lease string) (*gpu.Workload, time.Time, error) {
+	ns, name, _ := strings.Cut(lease, "/")
+	l, err := o.Client.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, time.Time{}, nil
+	}
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("lease %s: %w", lease, err)
+	}
+	all, err := gpu.ExportedWorkloads(l.Annotations[gpu.AnnotationTargetWorkload])
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("lease %s: %w", lease, err)
+	}
+	e, ok := all[o.SchedulerName]
+	if !ok {
+		return nil, time.Time{}, nil
+	}
+	wl, err := e.Workload()
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("lease %s, profile %s: %w", lease, o.SchedulerName, err)
+	}
+	return wl, e.At, nil
 }

@@ -168,6 +168,7 @@ func Profile(p Policy, t *Trace, tieOrder string) (*schedconfig.KubeSchedulerPro
 		return nil, err
 	}
 	prof.PercentageOfNodesToScore = ptr.To[int32](100)
+	noPublishing(prof)
 	var args *config.GPUScoreArgs
 	for _, pc := range prof.PluginConfig {
 		if a, ok := pc.Args.(*config.GPUScoreArgs); ok {

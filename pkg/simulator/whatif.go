@@ -46,6 +46,7 @@ func WhatIfProfile(data []byte, schedulerName, policy string) (*config.KubeSched
 		return nil, err
 	}
 	prof.PercentageOfNodesToScore = ptr.To[int32](100)
+	noPublishing(prof)
 	if policy != "" {
 		p, err := gpu.ParsePolicy(policy)
 		if err != nil {
@@ -110,6 +111,19 @@ func (d *Deployed) Close() {
 
 // Tracker is the profile's GPU accounting: how it reads nodes and requests.
 func (d *Deployed) Tracker() *gpu.Tracker { return gpufit.TrackerOf(d.fw) }
+
+// PinWorkload makes wl the target workload, in place of the one learned
+// from the pods seen (the scheduler's own, as it published it).
+func (d *Deployed) PinWorkload(wl *gpu.Workload) { gpufit.PinWorkload(d.fw, wl) }
+
+// noPublishing: a simulation publishes no target on any lease.
+func noPublishing(prof *config.KubeSchedulerProfile) {
+	for _, pc := range prof.PluginConfig {
+		if a, ok := pc.Args.(*ourconfig.GPUScoreArgs); ok {
+			a.TargetWorkload.PublishTo = ""
+		}
+	}
+}
 
 // Workload is the target workload GPUScore measures fragmentation against
 // (its static tasks, or what it learned from the pods seen); nil if none.

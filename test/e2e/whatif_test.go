@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 
@@ -53,6 +54,24 @@ func TestWhatIfMatchesScheduling(t *testing.T) {
 		spec.Scheduler = profile
 		s.Create(s.Pod(spec))
 		s.WaitBound(bindTimeout, spec.Name)
+	}
+	// Its leader (it runs without leader election: itself) publishes the
+	// target it learned on the lease its configuration names, and whatif
+	// reads it there.
+	err = wait.PollUntilContextTimeout(s.Ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := cluster.Client.CoordinationV1().Leases("kube-system").Get(ctx, "gpu-scheduler", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		all, err := gpu.ExportedWorkloads(l.Annotations[gpu.AnnotationTargetWorkload])
+		if err != nil {
+			return false, err
+		}
+		_, ok := all[profile]
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("the learned target of %s is not published on kube-system/gpu-scheduler: %v", profile, err)
 	}
 	specs := []harness.PodSpec{
 		{Name: "s300", Milli: 300}, {Name: "w1", GPUs: 1}, {Name: "s600", Milli: 600}, {Name: "w2", GPUs: 2},
@@ -100,6 +119,9 @@ func TestWhatIfMatchesScheduling(t *testing.T) {
 	predicted := list.Items
 	if !strings.Contains(strings.Join(list.Notes, "\n"), "first 100 feasible nodes of 113") {
 		t.Errorf("whatif on 113 nodes does not say the scheduler scores only part of them: %q", list.Notes)
+	}
+	if strings.Contains(strings.Join(list.Notes, "\n"), "approximated") {
+		t.Errorf("whatif did not read the published target: %q", list.Notes)
 	}
 	if len(predicted) != len(specs) {
 		t.Fatalf("whatif placed %d pods, want %d", len(predicted), len(specs))

@@ -15,12 +15,14 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpu-scheduler/gpu-scheduler/manifests"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/kubectlgpu"
@@ -256,8 +258,30 @@ func TestKubectlGPU(t *testing.T) {
 	// -l narrows the nodes whatif sees, not the scheduler's: it says so.
 	if err != nil || json.Unmarshal(out, &placed) != nil || placed.Kind != "WhatIfList" || len(placed.Items) != 1 ||
 		placed.Items[0].Name != "first" || placed.Items[0].Namespace != s.NS || placed.Items[0].Node == "" ||
-		len(placed.Notes) != 1 || !strings.Contains(placed.Notes[0], "-l") {
+		!strings.Contains(strings.Join(placed.Notes, "\n"), "-l ") {
 		t.Errorf("whatif -f -: %v %+v\n%s", err, placed, out)
+	}
+	// The learned target as the scheduler holds it: its leader publishes
+	// it on its lease (targetWorkload.publishTo), and kubectl gpu reads it
+	// there rather than learning again from the pods that exist now.
+	published := `{"gpu-scheduler":{"at":"2026-12-02T10:00:00Z","tasks":[{"cpuMilli":1000,"gpuMilli":300,"gpuCount":1,"weight":1}]}}`
+	if _, err := cluster.Client.CoordinationV1().Leases(s.NS).Create(s.Ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
+		Name: "sched", Annotations: map[string]string{gpu.AnnotationTargetWorkload: published}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(t.TempDir(), "config.yaml")
+	shipped := strings.Replace(string(manifests.SchedulerConfig), "publishTo: kube-system/gpu-scheduler", "publishTo: "+s.NS+"/sched", 1)
+	if shipped == string(manifests.SchedulerConfig) {
+		t.Fatal("the shipped configuration publishes nowhere")
+	}
+	if err := os.WriteFile(cfgFile, []byte(shipped), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(run("frag", "--config", cfgFile, "-o", "json")), &frag); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(frag.Workload, "published on lease "+"e2e-ID/sched") || len(frag.Kinds) != 1 || frag.Kinds[0].Share != 1 {
+		t.Errorf("the published target: %q, kinds %+v", frag.Workload, frag.Kinds)
 	}
 	wrongNS := strings.Replace(string(stdin), "metadata:\n", "metadata:\n  namespace: elsewhere\n", 1)
 	cmd = exec.Command(bin, "--kubeconfig", cluster.Kubeconfig, "-l", harness.LabelScope+"="+s.ID, "-n", s.NS, "whatif", "-f", "-")

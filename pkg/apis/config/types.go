@@ -137,6 +137,10 @@ type TargetWorkload struct {
 	// ReferenceTracePods is how many pods the trace the static tasks were
 	// counted from has (Scoring.ReferenceArithmetic). Internal only.
 	ReferenceTracePods int64
+	// PublishTo is the lease ("namespace/name", the scheduler's own) on
+	// which the leader publishes the learned target, for kubectl gpu; ""
+	// publishes nothing.
+	PublishTo string
 }
 
 // WorkloadTask is one typical pod and its relative frequency.

@@ -219,7 +219,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 				activator = ungating{h: pl.hostless, next: h}
 			}
 			rec, err := requeue.New(requeue.Config{
-				SchedulerName: profileName(h),
+				SchedulerName: ProfileName(h),
 				Workers:       int(r.Workers),
 				ResyncPeriod:  time.Duration(r.ResyncPeriodSeconds) * time.Second,
 				BackoffBase:   time.Duration(r.BackoffBaseMilliseconds) * time.Millisecond,
@@ -243,15 +243,15 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 // process is not binding: a node lock it holds was taken by a bind that
 // died with its scheduler (hami.StaleHolder).
 func (pl *GPUFit) abandoned(p *v1.Pod) bool {
-	if p.Spec.SchedulerName != profileName(pl.handle) {
+	if p.Spec.SchedulerName != ProfileName(pl.handle) {
 		return false
 	}
 	_, _, binding := pl.shared.Tracker().Reserved(p.UID)
 	return !binding
 }
 
-// profileName is the scheduler name of the profile the plugin runs in.
-func profileName(h fwk.Handle) string {
+// ProfileName is the scheduler name of the profile the plugin runs in.
+func ProfileName(h fwk.Handle) string {
 	if p, ok := h.(interface{ ProfileName() string }); ok && p.ProfileName() != "" {
 		return p.ProfileName()
 	}
@@ -390,6 +390,13 @@ func TrackerOf(h fwk.Handle) *gpu.Tracker { return shared.For(h).Tracker() }
 // WorkloadOf is the target workload GPUScore measures fragmentation against
 // in h's profile: static, or learned from the pods GPUFit saw.
 func WorkloadOf(h fwk.Handle) *gpu.Workload { return shared.For(h).Workload() }
+
+// PinWorkload makes wl the target workload of h's profile, in place of
+// what it would learn (kubectl gpu: the scheduler's published target).
+func PinWorkload(h fwk.Handle, wl *gpu.Workload) {
+	s := shared.For(h)
+	s.SetScoring(s.Scoring(), nil, wl)
+}
 
 // Shared exposes the profile's GPU state to the requeue reconciler.
 func (pl *GPUFit) Shared() *shared.Shared { return pl.shared }

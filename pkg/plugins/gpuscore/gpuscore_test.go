@@ -256,6 +256,16 @@ func TestNewValidatesArgs(t *testing.T) {
 			t.Errorf("%q does not contain %q", err, want)
 		}
 	}
+	bad = scheme.DefaultGPUScoreArgs()
+	bad.TargetWorkload.PublishTo = "gpu-scheduler"
+	if _, err := New(tCtx, bad, fh); err == nil || !strings.Contains(err.Error(), "publishTo: Invalid value") {
+		t.Errorf("publishTo without a namespace: %v", err)
+	}
+	bad = staticArgs(gpu.Fragmentation, config.WorkloadTask{GPUMilli: 500, GPUCount: 1, Weight: 1})
+	bad.TargetWorkload.PublishTo = "kube-system/gpu-scheduler"
+	if _, err := New(tCtx, bad, fh); err == nil || !strings.Contains(err.Error(), "only a learned target is published") {
+		t.Errorf("publishTo with a static target: %v", err)
+	}
 	bad = staticArgs(gpu.Fragmentation, config.WorkloadTask{GPUMilli: 300, GPUCount: 2, Weight: 1})
 	if _, err := New(tCtx, bad, fh); err == nil || !strings.Contains(err.Error(), "must be 1 for a shared GPU task") {
 		t.Errorf("got %v", err)

@@ -127,6 +127,14 @@ out. YAML documents. */ -}}
 {{- with index $.Values.pluginArgs $pc.name -}}
 {{- $_ := set $pc "args" (mustMergeOverwrite $pc.args .) -}}
 {{- end -}}
+{{- /* The learned target goes on this release's lease. */ -}}
+{{- if and (eq $pc.name "GPUScore") $pc.args.targetWorkload -}}
+{{- if eq ($pc.args.targetWorkload.mode | default "Learned") "Learned" -}}
+{{- $_ := set $pc.args.targetWorkload "publishTo" (printf "%s/%s" $.Release.Namespace (include "gpu-scheduler.fullname" $)) -}}
+{{- else -}}
+{{- $_ := unset $pc.args.targetWorkload "publishTo" -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- range $name, $args := .Values.pluginArgs -}}
 {{- if not (hasKey $seen $name) -}}

@@ -151,6 +151,7 @@ func Convert_v1_GPUScoreArgs_To_config_GPUScoreArgs(in *GPUScoreArgs, out *confi
 		out.TargetWorkload.Mode = ptr.Deref(w.Mode, "")
 		out.TargetWorkload.CoveragePercent = ptr.Deref(w.CoveragePercent, 0)
 		out.TargetWorkload.HalfLifePods = ptr.Deref(w.HalfLifePods, 0)
+		out.TargetWorkload.PublishTo = ptr.Deref(w.PublishTo, "")
 		for _, t := range w.Tasks {
 			out.TargetWorkload.Tasks = append(out.TargetWorkload.Tasks, config.WorkloadTask{
 				CPUMilli: t.CPUMilli, MemoryMiB: t.MemoryMiB, GPUMilli: t.GPUMilli, GPUCount: t.GPUCount, Models: slices.Clone(t.Models), Weight: t.Weight})
@@ -173,6 +174,9 @@ func Convert_config_GPUScoreArgs_To_v1_GPUScoreArgs(in *config.GPUScoreArgs, out
 		Mode:            ptr.To(w.Mode),
 		CoveragePercent: ptr.To(w.CoveragePercent),
 		HalfLifePods:    ptr.To(w.HalfLifePods),
+	}
+	if w.PublishTo != "" {
+		out.TargetWorkload.PublishTo = ptr.To(w.PublishTo)
 	}
 	for _, t := range w.Tasks {
 		out.TargetWorkload.Tasks = append(out.TargetWorkload.Tasks, WorkloadTask{

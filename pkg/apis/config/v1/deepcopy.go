@@ -47,7 +47,8 @@ func (in *GPUScoreArgs) DeepCopyObject() runtime.Object {
 			CPUOnlyLeastIdleTieBreak: clonePtr(sc.CPUOnlyLeastIdleTieBreak)}
 	}
 	if w := in.TargetWorkload; w != nil {
-		out.TargetWorkload = &TargetWorkload{Mode: clonePtr(w.Mode), CoveragePercent: clonePtr(w.CoveragePercent), HalfLifePods: clonePtr(w.HalfLifePods)}
+		out.TargetWorkload = &TargetWorkload{Mode: clonePtr(w.Mode), CoveragePercent: clonePtr(w.CoveragePercent), HalfLifePods: clonePtr(w.HalfLifePods),
+			PublishTo: clonePtr(w.PublishTo)}
 		for _, t := range w.Tasks {
 			t.Models = slices.Clone(t.Models)
 			out.TargetWorkload.Tasks = append(out.TargetWorkload.Tasks, t)

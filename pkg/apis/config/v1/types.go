@@ -139,6 +139,12 @@ type TargetWorkload struct {
 	HalfLifePods *int32 `json:"halfLifePods,omitempty"`
 	// Tasks is the workload in Static mode.
 	Tasks []WorkloadTask `json:"tasks,omitempty"`
+	// PublishTo is the lease, "namespace/name" (the scheduler's own
+	// leader-election lease), on which the leader publishes the learned
+	// target (annotation gpu-scheduler.io/target-workload) for kubectl gpu
+	// to read as the scheduler holds it. Learned mode only; unset publishes
+	// nothing.
+	PublishTo *string `json:"publishTo,omitempty"`
 }
 
 // WorkloadTask is one typical pod and its relative frequency.

@@ -126,6 +126,15 @@ func ValidateGPUScoreArgs(path *field.Path, args *config.GPUScoreArgs) error {
 	if w.CoveragePercent < 1 || w.CoveragePercent > 100 {
 		errs = append(errs, field.Invalid(wp.Child("coveragePercent"), w.CoveragePercent, "must be from 1 to 100"))
 	}
+	if w.PublishTo != "" {
+		ns, name, ok := strings.Cut(w.PublishTo, "/")
+		switch {
+		case !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0:
+			errs = append(errs, field.Invalid(wp.Child("publishTo"), w.PublishTo, "must be namespace/name, the scheduler's lease"))
+		case w.Mode != config.WorkloadLearned:
+			errs = append(errs, field.Forbidden(wp.Child("publishTo"), "only a learned target is published (a static one is in the configuration)"))
+		}
+	}
 	if w.HalfLifePods < 0 {
 		errs = append(errs, field.Invalid(wp.Child("halfLifePods"), w.HalfLifePods, "must not be negative (0 never forgets)"))
 	}

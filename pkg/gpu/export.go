@@ -1,0 +1,71 @@
+package gpu
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// AnnotationTargetWorkload holds, on the scheduler's lease, the target
+// workload each profile holds: what it learned (which remembers deleted
+// pods), for kubectl gpu to read as the scheduler holds it. A JSON object
+// of ExportedWorkload by profile name.
+const AnnotationTargetWorkload = Prefix + "target-workload"
+
+// ExportedWorkload is a target workload as published.
+type ExportedWorkload struct {
+	// At is when it was published.
+	At    time.Time      `json:"at"`
+	Tasks []ExportedTask `json:"tasks"`
+}
+
+// ExportedTask is one typical pod of an exported workload.
+type ExportedTask struct {
+	CPUMilli  int64 `json:"cpuMilli"`
+	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+	GPUMilli  int32 `json:"gpuMilli,omitempty"`
+	GPUCount  int32 `json:"gpuCount,omitempty"`
+	// Models are the model selector's exact names, and its HAMi-style
+	// substrings to include and exclude.
+	Models        []string `json:"models,omitempty"`
+	ModelsInclude []string `json:"modelsInclude,omitempty"`
+	ModelsExclude []string `json:"modelsExclude,omitempty"`
+	Weight        float64  `json:"weight"`
+}
+
+// Export is the workload as published.
+func (w *Workload) Export(at time.Time) ExportedWorkload {
+	out := ExportedWorkload{At: at.UTC().Truncate(time.Second), Tasks: make([]ExportedTask, 0, len(w.tasks))}
+	for _, t := range w.tasks {
+		out.Tasks = append(out.Tasks, ExportedTask{CPUMilli: t.CPU, MemoryMiB: t.Memory, GPUMilli: t.Milli, GPUCount: t.Count,
+			Models: slices.Clone(t.Models.Exact), ModelsInclude: slices.Clone(t.Models.Include), ModelsExclude: slices.Clone(t.Models.Exclude),
+			Weight: t.Weight})
+	}
+	return out
+}
+
+// Workload is the exported workload as a workload again.
+func (e ExportedWorkload) Workload() (*Workload, error) {
+	if len(e.Tasks) == 0 {
+		return nil, fmt.Errorf("no tasks")
+	}
+	tasks := make([]Task, 0, len(e.Tasks))
+	for _, t := range e.Tasks {
+		tasks = append(tasks, Task{CPU: t.CPUMilli, Memory: t.MemoryMiB, Milli: t.GPUMilli, Count: t.GPUCount,
+			Models: ModelSelector{Exact: t.Models, Include: t.ModelsInclude, Exclude: t.ModelsExclude}, Weight: t.Weight})
+	}
+	return NewWorkload(tasks)
+}
+
+// ExportedWorkloads reads the annotation: the workload of each profile.
+func ExportedWorkloads(annotation string) (map[string]ExportedWorkload, error) {
+	out := map[string]ExportedWorkload{}
+	if annotation == "" {
+		return out, nil
+	}
+	if err := json.Unmarshal([]byte(annotation), &out); err != nil {
+		return nil, fmt.Errorf("%s: %w", AnnotationTargetWorkload, err)
+	}
+	return out, nil
+}

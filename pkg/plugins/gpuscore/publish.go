@@ -1,0 +1,91 @@
+package gpuscore
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+)
+
+// publishPeriod is how often the leader looks whether its learned target
+// changed, and publishes it if so (a variable for tests).
+var publishPeriod = 10 * time.Second
+
+// publisher writes the profile's learned target on the scheduler's lease
+// (annotation gpu.AnnotationTargetWorkload, one entry per profile), so that
+// kubectl gpu reads the target as the scheduler holds it: learned from
+// every pod it saw, deleted ones too. The lease is the scheduler's own
+// object (its RBAC may update it, and nothing else); the leader elector
+// keeps the annotation, since it updates the lease it read. Only the
+// leader publishes, and only a change.
+type publisher struct {
+	client   kubernetes.Interface
+	ns, name string
+	profile  string
+	leading  func() bool
+	workload func() *gpu.Workload
+	last     *gpu.Workload
+}
+
+func newPublisher(client kubernetes.Interface, lease, profile string, leading func() bool, workload func() *gpu.Workload) *publisher {
+	ns, name, _ := strings.Cut(lease, "/")
+	return &publisher{client: client, ns: ns, name: name, profile: profile, leading: leading, workload: workload}
+}
+
+func (p *publisher) run(ctx context.Context) {
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		if err := p.publish(ctx, time.Now()); err != nil {
+			klog.FromContext(ctx).V(2).Info("could not publish the learned target workload", "lease", klog.KRef(p.ns, p.name), "err", err)
+		}
+	}, publishPeriod)
+}
+
+// publish writes the current target if it changed since the last write.
+func (p *publisher) publish(ctx context.Context, now time.Time) error {
+	wl := p.workload()
+	if wl == nil || wl == p.last || !p.leading() {
+		return nil
+	}
+	exported := wl.Export(now)
+	for attempt := 0; attempt < 3; attempt++ {
+		l, err := p.client.CoordinationV1().Leases(p.ns).Get(ctx, p.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil // no leader election: nobody to read it from
+		}
+		if err != nil {
+			return err
+		}
+		all, err := gpu.ExportedWorkloads(l.Annotations[gpu.AnnotationTargetWorkload])
+		if err != nil {
+			all = map[string]gpu.ExportedWorkload{} // unreadable: ours replaces it
+		}
+		all[p.profile] = exported
+		b, err := json.Marshal(all)
+		if err != nil {
+			return err
+		}
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		l.Annotations[gpu.AnnotationTargetWorkload] = string(b)
+		// Update: the RBAC on the lease has no patch.
+		_, err = p.client.CoordinationV1().Leases(p.ns).Update(ctx, l, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue // renewed meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		p.last = wl
+		return nil
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+package gpuscore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+)
+
+// The leader publishes its learned target on its lease, beside the other
+// profiles' entries and the elector's holder; a standby, an unchanged
+// target and a missing lease write nothing; a conflict (the elector
+// renewed meanwhile) is read again.
+func TestPublishLearnedTarget(t *testing.T) {
+	ctx := context.Background()
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "gpu-scheduler",
+		Annotations: map[string]string{gpu.AnnotationTargetWorkload: `{"other":{"at":"2026-12-01T00:00:00Z","tasks":[{"cpuMilli":1000,"gpuMilli":500,"gpuCount":1,"weight":1}]}}`}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("me")}}
+	client := fake.NewClientset(lease)
+	updates, conflicts := 0, 1
+	client.PrependReactor("update", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+		updates++
+		if conflicts > 0 {
+			conflicts--
+			return true, nil, apierrorsConflict()
+		}
+		return false, nil, nil
+	})
+	wl, err := gpu.NewWorkload([]gpu.Task{{CPU: 2000, Memory: 4096, Milli: 1000, Count: 2, Models: gpu.ModelSelector{Exact: []string{"A100"}, Exclude: []string{"MIG"}}, Weight: 3},
+		{CPU: 1000, Milli: 250, Count: 1, Weight: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leading := false
+	current := wl
+	p := newPublisher(client, "kube-system/gpu-scheduler", "gpu-scheduler", func() bool { return leading }, func() *gpu.Workload { return current })
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	if err := p.publish(ctx, now); err != nil || updates != 0 {
+		t.Fatalf("a standby published: %v, %d updates", err, updates)
+	}
+	leading = true
+	if err := p.publish(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	if updates != 2 {
+		t.Errorf("%d updates, want 2 (one conflict, read again)", updates)
+	}
+	got, _ := client.CoordinationV1().Leases("kube-system").Get(ctx, "gpu-scheduler", metav1.GetOptions{})
+	all, err := gpu.ExportedWorkloads(got.Annotations[gpu.AnnotationTargetWorkload])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := all["other"]; !ok || ptr.Deref(got.Spec.HolderIdentity, "") != "me" {
+		t.Errorf("the other profile's entry or the holder lost: %v", got)
+	}
+	back, err := all["gpu-scheduler"].Workload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !all["gpu-scheduler"].At.Equal(now) || len(back.Tasks()) != 2 {
+		t.Fatalf("published %+v", all["gpu-scheduler"])
+	}
+	for i, tk := range back.Tasks() {
+		w := wl.Tasks()[i]
+		if tk.CPU != w.CPU || tk.Memory != w.Memory || tk.Milli != w.Milli || tk.Count != w.Count || tk.Models.String() != w.Models.String() || tk.Weight != w.Weight {
+			t.Errorf("task %d: %+v, want %+v", i, tk, w)
+		}
+	}
+	// Unchanged: no write.
+	if err := p.publish(ctx, now.Add(time.Minute)); err != nil || updates != 2 {
+		t.Errorf("an unchanged target written again: %v, %d updates", err, updates)
+	}
+	// No lease (no leader election): nothing, no error.
+	p = newPublisher(client, "kube-system/absent", "gpu-scheduler", func() bool { return true }, func() *gpu.Workload { return wl })
+	if err := p.publish(ctx, now); err != nil || updates != 2 {
+		t.Errorf("without the lease: %v, %d updates", err, updates)
+	}
+}
+
+func apierrorsConflict() error {
+	return apierrors.NewConflict(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "gpu-scheduler", nil)
+}
