@@ -16,8 +16,12 @@ const AnnotationTargetWorkload = Prefix + "target-workload"
 // ExportedWorkload is a target workload as published.
 type ExportedWorkload struct {
 	// At is when it was published.
-	At    time.Time      `json:"at"`
-	Tasks []ExportedTask `json:"tasks"`
+	At time.Time `json:"at"`
+	// Holder is the lease's holder when it was published (its leader);
+	// "" for a scheduler without leader election. An entry whose holder
+	// no longer holds the lease is a former leader's.
+	Holder string         `json:"holder,omitempty"`
+	Tasks  []ExportedTask `json:"tasks"`
 }
 
 // ExportedTask is one typical pod of an exported workload.
@@ -68,4 +72,13 @@ func ExportedWorkloads(annotation string) (map[string]ExportedWorkload, error) {
 		return nil, fmt.Errorf("%s: %w", AnnotationTargetWorkload, err)
 	}
 	return out, nil
+}
+
+// SameTasks reports whether two exports hold the same tasks.
+func (e ExportedWorkload) SameTasks(o ExportedWorkload) bool {
+	return slices.EqualFunc(e.Tasks, o.Tasks, func(a, b ExportedTask) bool {
+		return a.CPUMilli == b.CPUMilli && a.MemoryMiB == b.MemoryMiB && a.GPUMilli == b.GPUMilli && a.GPUCount == b.GPUCount &&
+			a.Weight == b.Weight && slices.Equal(a.Models, b.Models) && slices.Equal(a.ModelsInclude, b.ModelsInclude) &&
+			slices.Equal(a.ModelsExclude, b.ModelsExclude)
+	})
 }

@@ -218,7 +218,7 @@ func (o *Options) view(ctx context.Context, policy string) (*view, error) {
 	if publishTo != "" {
 		// The target as the scheduler holds it, which remembers deleted
 		// pods; without it, what its profile learns from the pods here.
-		wl, at, err := o.published(ctx, publishTo)
+		wl, by, err := o.published(ctx, publishTo)
 		switch {
 		case err != nil:
 			v.targetNote = fmt.Sprintf("the scheduler's learned target could not be read (%v): approximated from the pods that exist now", err)
@@ -226,7 +226,7 @@ func (o *Options) view(ctx context.Context, policy string) (*view, error) {
 			v.targetNote = "the scheduler has not published its learned target on lease " + publishTo + " yet: approximated from the pods that exist now"
 		default:
 			d.PinWorkload(wl)
-			v.published = fmt.Sprintf("the scheduler's own, published on lease %s at %s", publishTo, at.Format(time.RFC3339))
+			v.published = "the scheduler's own, published on lease " + publishTo + " " + by
 		}
 	}
 	for _, pc := range prof.PluginConfig {
@@ -333,27 +333,33 @@ func (o *Options) PrintWhatIf(r *WhatIfReport) error {
 
 // published reads the learned target the scheduler's leader publishes on
 // its lease (GPUScore's targetWorkload.publishTo) for this profile: nil if
-// it has not yet.
-func (o *Options) published(ctx context.Context, lease string) (*gpu.Workload, time.Time, error) {
+// it has not yet. by says when, and by whom: a former leader's (its
+// successor has not learned a pod since it took over) is still the best
+// guess, and said to be one.
+func (o *Options) published(ctx context.Context, lease string) (*gpu.Workload, string, error) {
 	ns, name, _ := strings.Cut(lease, "/")
 	l, err := o.Client.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, time.Time{}, nil
+		return nil, "", nil
 	}
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("lease %s: %w", lease, err)
+		return nil, "", fmt.Errorf("lease %s: %w", lease, err)
 	}
 	all, err := gpu.ExportedWorkloads(l.Annotations[gpu.AnnotationTargetWorkload])
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("lease %s: %w", lease, err)
+		return nil, "", fmt.Errorf("lease %s: %w", lease, err)
 	}
 	e, ok := all[o.SchedulerName]
 	if !ok {
-		return nil, time.Time{}, nil
+		return nil, "", nil
 	}
 	wl, err := e.Workload()
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("lease %s, profile %s: %w", lease, o.SchedulerName, err)
+		return nil, "", fmt.Errorf("lease %s, profile %s: %w", lease, o.SchedulerName, err)
 	}
-	return wl, e.At, nil
+	by := "at " + e.At.Format(time.RFC3339)
+	if holder := ptr.Deref(l.Spec.HolderIdentity, ""); e.Holder != "" && e.Holder != holder {
+		by += " by a former leader (" + e.Holder + "; the current one has not published yet)"
+	}
+	return wl, by, nil
 }

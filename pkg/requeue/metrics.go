@@ -83,14 +83,14 @@ var (
 		Subsystem: "gpu_scheduler", Name: "pending_gpu_pod_max_age_seconds", StabilityLevel: metrics.ALPHA,
 		Help: "How long the longest-waiting pending GPU pod of each reason has been unschedulable (0 when none), as of the last resync.",
 	}, []string{"reason"})
-	gangPending = metrics.NewGauge(&metrics.GaugeOpts{
+	gangPending = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Subsystem: "gpu_scheduler", Name: "gang_pending_pods", StabilityLevel: metrics.ALPHA,
-		Help: "Unbound members of pod groups (spec.schedulingGroup) of this scheduler, as of the last resync.",
-	})
-	gangPendingAge = metrics.NewGauge(&metrics.GaugeOpts{
+		Help: "Unbound members of pod groups (spec.schedulingGroup) of a profile, as of the last resync.",
+	}, []string{"profile"})
+	gangPendingAge = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Subsystem: "gpu_scheduler", Name: "gang_pending_max_age_seconds", StabilityLevel: metrics.ALPHA,
-		Help: "How long the oldest unbound member of a pod group of this scheduler has existed (0 when none), as of the last resync: a gang waits for all its members, at PreEnqueue or Permit, without a pending condition of its own.",
-	})
+		Help: "How long the oldest unbound member of a pod group of a profile has existed (0 when none), as of the last resync: a gang waits for all its members, at PreEnqueue or Permit, without a pending condition of its own.",
+	}, []string{"profile"})
 	unhealthyGPUs = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Subsystem: "gpu_scheduler", Name: "unhealthy_gpus", StabilityLevel: metrics.ALPHA,
 		Help: "Installed GPUs that are not allocatable (capacity minus allocatable), per node and GPU model.",

@@ -784,6 +784,8 @@ func (r *Reconciler) exportAllocation() {
 		resetAllocation()
 		pendingByClass.Reset()
 		pendingAge.Reset()
+		gangPending.Reset()
+		gangPendingAge.Reset()
 		clusterIdle.Set(0)
 		clusterFrag.Set(0)
 		clusterFragRatio.Set(0)
@@ -914,8 +916,8 @@ func (r *Reconciler) exportGangs(now time.Time) {
 		n++
 		oldest = max(oldest, now.Sub(p.CreationTimestamp.Time).Seconds())
 	}
-	gangPending.Set(float64(n))
-	gangPendingAge.Set(oldest)
+	gangPending.WithLabelValues(r.cfg.SchedulerName).Set(float64(n))
+	gangPendingAge.WithLabelValues(r.cfg.SchedulerName).Set(oldest)
 }
 
 var metav1PatchOptions = metav1.PatchOptions{}

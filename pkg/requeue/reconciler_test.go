@@ -671,11 +671,11 @@ func TestExportsGangWaits(t *testing.T) {
 	e.add(t, gpuNode("n1", 4, "T4"), member("m1", 20*time.Minute), member("m2", time.Minute), bound, other, deleted,
 		pendingPod("solo", nil, 1))
 	e.r.exportAllocation()
-	n, err := testutil.GetGaugeMetricValue(gangPending)
+	n, err := testutil.GetGaugeMetricValue(gangPending.WithLabelValues(gpu.SchedulerName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	age, err := testutil.GetGaugeMetricValue(gangPendingAge)
+	age, err := testutil.GetGaugeMetricValue(gangPendingAge.WithLabelValues(gpu.SchedulerName))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -204,7 +204,7 @@ func (d *Deployed) Place(ctx context.Context, pods []*v1.Pod, need func(namespac
 				return nil, err
 			}
 		}
-		why := fmt.Sprintf("gang %s: %d of the %d members it needs would fit; none is placed (all or nothing)", group, len(placed), want)
+		why := fmt.Sprintf("gang %s: %d of its %d members given would fit, and it needs %d; none is placed (all or nothing)", group, len(placed), len(members), want)
 		for _, j := range members {
 			own := out[j].Reason
 			out[j].Node, out[j].Devices, out[j].Reason = "", "", why

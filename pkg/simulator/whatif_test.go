@@ -55,7 +55,7 @@ func TestWhatIfGangs(t *testing.T) {
 		{name: "too big: nothing held, the next pod gets it",
 			pods:   []*v1.Pod{whatIfPod("g-0", "g", 4), whatIfPod("g-1", "g", 4), whatIfPod("g-2", "g", 4), whatIfPod("solo", "", 4)},
 			placed: []string{"solo"},
-			why:    map[string]string{"g-0": "gang g: 2 of the 3 members", "g-2": "this one:"}},
+			why:    map[string]string{"g-0": "gang g: 2 of its 3 members given would fit, and it needs 3", "g-2": "this one:"}},
 		{name: "fits whole, members given apart",
 			pods:   []*v1.Pod{whatIfPod("g-0", "g", 2), whatIfPod("solo", "", 4), whatIfPod("g-1", "g", 2)},
 			placed: []string{"g-0", "solo", "g-1"}},

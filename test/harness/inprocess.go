@@ -62,6 +62,15 @@ func StartInProcessWith(ctx context.Context, cfg *rest.Config, configYAML []byte
 			}
 		}
 	}
+	// It runs without leader election, beside a deployed scheduler whose
+	// lease it must not write.
+	for i := range kcfg.Profiles {
+		for _, pc := range kcfg.Profiles[i].PluginConfig {
+			if a, ok := pc.Args.(*ourconfig.GPUScoreArgs); ok {
+				a.TargetWorkload.PublishTo = ""
+			}
+		}
+	}
 	for _, name := range opts.ExtraProfiles {
 		p := kcfg.Profiles[0].DeepCopy()
 		p.SchedulerName = name

@@ -118,6 +118,9 @@ func TestHelmChart(t *testing.T) {
 					`"labelSelector":{"matchLabels":{"app.kubernetes.io/instance":"{{ .Release.Name }}"}}}]`},
 			check: func(t *testing.T, objs []*unstructured.Unstructured, score *ourconfig.GPUScoreArgs, fit *ourconfig.GPUFitArgs) {
 				checkRelease(t, objs, "team-a", "gpu-team", "team-a-gpu-scheduler")
+				if p := score.TargetWorkload.PublishTo; p != "gpu-team/team-a-gpu-scheduler" {
+					t.Errorf("publishTo %q, want the release's lease gpu-team/team-a-gpu-scheduler", p)
+				}
 				kinds := map[string]bool{}
 				for _, o := range objs {
 					kinds[o.GetKind()] = true
@@ -145,9 +148,13 @@ func TestHelmChart(t *testing.T) {
 		// The operator brings the ServiceAccount and its RBAC: none
 		// rendered, and the policies guard the account named.
 		"no RBAC, own ServiceAccount, one replica": {release: "team-b", namespace: "gpu-team",
-			set: []string{"rbac.create=false", "serviceAccount.create=false", "serviceAccount.name=sched", "replicaCount=1"},
+			set: []string{"rbac.create=false", "serviceAccount.create=false", "serviceAccount.name=sched", "replicaCount=1", "leaderElection=false"},
 			check: func(t *testing.T, objs []*unstructured.Unstructured, score *ourconfig.GPUScoreArgs, fit *ourconfig.GPUFitArgs) {
 				checkRelease(t, objs, "team-b", "gpu-team", "sched")
+				// No leader election, no lease to publish the learned target on.
+				if p := score.TargetWorkload.PublishTo; p != "" {
+					t.Errorf("publishTo %q without leader election", p)
+				}
 				for _, o := range objs {
 					switch o.GetKind() {
 					case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "PodDisruptionBudget":

@@ -87,7 +87,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	} else {
 		s.SetScoring(sc, gpu.NewLearner(float64(w.CoveragePercent)/100, int(w.HalfLifePods)), nil)
 		if w.PublishTo != "" && h.ClientSet() != nil {
-			go newPublisher(h.ClientSet(), w.PublishTo, gpufit.ProfileName(h), s.Leading, s.Workload).run(ctx)
+			go newPublisher(h.ClientSet(), w.PublishTo, gpufit.ProfileName(h), shared.LeaderElected(), s.Leading, s.Workload).run(ctx)
 		}
 	}
 	return &GPUScore{handle: h, shared: s, scoring: sc}, nil

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
@@ -32,12 +33,16 @@ type publisher struct {
 	profile  string
 	leading  func() bool
 	workload func() *gpu.Workload
-	last     *gpu.Workload
+	// elected: the process runs leader election on this lease; without
+	// it, its entry says so (no holder) and it writes only if no
+	// elected leader holds the lease.
+	elected bool
+	last    *gpu.Workload
 }
 
-func newPublisher(client kubernetes.Interface, lease, profile string, leading func() bool, workload func() *gpu.Workload) *publisher {
+func newPublisher(client kubernetes.Interface, lease, profile string, elected bool, leading func() bool, workload func() *gpu.Workload) *publisher {
 	ns, name, _ := strings.Cut(lease, "/")
-	return &publisher{client: client, ns: ns, name: name, profile: profile, leading: leading, workload: workload}
+	return &publisher{client: client, ns: ns, name: name, profile: profile, elected: elected, leading: leading, workload: workload}
 }
 
 func (p *publisher) run(ctx context.Context) {
@@ -63,9 +68,25 @@ func (p *publisher) publish(ctx context.Context, now time.Time) error {
 		if err != nil {
 			return err
 		}
+		holder := ptr.Deref(l.Spec.HolderIdentity, "")
+		if !p.elected {
+			holder = ""
+		}
 		all, err := gpu.ExportedWorkloads(l.Annotations[gpu.AnnotationTargetWorkload])
 		if err != nil {
 			all = map[string]gpu.ExportedWorkload{} // unreadable: ours replaces it
+		}
+		if old, ok := all[p.profile]; ok && old.Holder != "" && !p.elected {
+			// The profile's elected leader publishes there: a process
+			// of the same profile without leader election does not
+			// overwrite it.
+			p.last = wl
+			return nil
+		}
+		exported.Holder = holder
+		if old, ok := all[p.profile]; ok && old.Holder == holder && old.SameTasks(exported) {
+			p.last = wl // a rebuild that changed nothing
+			return nil
 		}
 		all[p.profile] = exported
 		b, err := json.Marshal(all)

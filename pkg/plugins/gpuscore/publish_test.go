@@ -43,7 +43,7 @@ func TestPublishLearnedTarget(t *testing.T) {
 	}
 	leading := false
 	current := wl
-	p := newPublisher(client, "kube-system/gpu-scheduler", "gpu-scheduler", func() bool { return leading }, func() *gpu.Workload { return current })
+	p := newPublisher(client, "kube-system/gpu-scheduler", "gpu-scheduler", true, func() bool { return leading }, func() *gpu.Workload { return current })
 	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	if err := p.publish(ctx, now); err != nil || updates != 0 {
 		t.Fatalf("a standby published: %v, %d updates", err, updates)
@@ -67,7 +67,7 @@ func TestPublishLearnedTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !all["gpu-scheduler"].At.Equal(now) || len(back.Tasks()) != 2 {
+	if !all["gpu-scheduler"].At.Equal(now) || all["gpu-scheduler"].Holder != "me" || len(back.Tasks()) != 2 {
 		t.Fatalf("published %+v", all["gpu-scheduler"])
 	}
 	for i, tk := range back.Tasks() {
@@ -80,9 +80,36 @@ func TestPublishLearnedTarget(t *testing.T) {
 	if err := p.publish(ctx, now.Add(time.Minute)); err != nil || updates != 2 {
 		t.Errorf("an unchanged target written again: %v, %d updates", err, updates)
 	}
+	// A rebuild to the same tasks (a new pointer): no write.
+	current, _ = gpu.NewWorkload(wl.Tasks())
+	if err := p.publish(ctx, now.Add(2*time.Minute)); err != nil || updates != 2 {
+		t.Errorf("the same tasks written again: %v, %d updates", err, updates)
+	}
+	// A process of the same profile without leader election does not
+	// overwrite the elected leader's entry.
+	other, _ := gpu.NewWorkload([]gpu.Task{{CPU: 500, Milli: 100, Count: 1, Weight: 1}})
+	q := newPublisher(client, "kube-system/gpu-scheduler", "gpu-scheduler", false, func() bool { return true }, func() *gpu.Workload { return other })
+	if err := q.publish(ctx, now); err != nil || updates != 2 {
+		t.Errorf("an unelected process overwrote the leader's entry: %v, %d updates", err, updates)
+	}
+	// A new leader with the same tasks writes its name.
+	got.Spec.HolderIdentity = ptr.To("successor")
+	if _, err := client.CoordinationV1().Leases("kube-system").Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	updates = 0
+	p.last = nil
+	if err := p.publish(ctx, now.Add(3*time.Minute)); err != nil || updates != 1 {
+		t.Errorf("the new leader did not publish: %v, %d updates", err, updates)
+	}
+	got, _ = client.CoordinationV1().Leases("kube-system").Get(ctx, "gpu-scheduler", metav1.GetOptions{})
+	if all, _ := gpu.ExportedWorkloads(got.Annotations[gpu.AnnotationTargetWorkload]); all["gpu-scheduler"].Holder != "successor" {
+		t.Errorf("holder %q, want successor", all["gpu-scheduler"].Holder)
+	}
 	// No lease (no leader election): nothing, no error.
-	p = newPublisher(client, "kube-system/absent", "gpu-scheduler", func() bool { return true }, func() *gpu.Workload { return wl })
-	if err := p.publish(ctx, now); err != nil || updates != 2 {
+	updates = 0
+	p = newPublisher(client, "kube-system/absent", "gpu-scheduler", true, func() bool { return true }, func() *gpu.Workload { return wl })
+	if err := p.publish(ctx, now); err != nil || updates != 0 {
 		t.Errorf("without the lease: %v, %d updates", err, updates)
 	}
 }

@@ -127,9 +127,10 @@ out. YAML documents. */ -}}
 {{- with index $.Values.pluginArgs $pc.name -}}
 {{- $_ := set $pc "args" (mustMergeOverwrite $pc.args .) -}}
 {{- end -}}
-{{- /* The learned target goes on this release's lease. */ -}}
+{{- /* The learned target goes on this release's lease (none without
+leader election: no lease). */ -}}
 {{- if and (eq $pc.name "GPUScore") $pc.args.targetWorkload -}}
-{{- if eq ($pc.args.targetWorkload.mode | default "Learned") "Learned" -}}
+{{- if and $.Values.leaderElection (eq ($pc.args.targetWorkload.mode | default "Learned") "Learned") -}}
 {{- $_ := set $pc.args.targetWorkload "publishTo" (printf "%s/%s" $.Release.Namespace (include "gpu-scheduler.fullname" $)) -}}
 {{- else -}}
 {{- $_ := unset $pc.args.targetWorkload "publishTo" -}}

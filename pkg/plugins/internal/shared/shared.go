@@ -165,6 +165,9 @@ var noLeaderElection atomic.Bool
 // SetNoLeaderElection says that this process runs without leader election.
 func SetNoLeaderElection() { noLeaderElection.Store(true) }
 
+// LeaderElected reports whether the process runs leader election.
+func LeaderElected() bool { return !noLeaderElection.Load() }
+
 // Leading reports whether this process leads: always without leader
 // election; else the leader-election gauge of this process (read at most
 // every 2 s), or, before the gauge exists, whether it has run a scheduling
