@@ -66,7 +66,7 @@ func (o *Options) WhatIf(ctx context.Context, w WhatIfOptions) (*WhatIfReport, e
 	// Above 100 nodes the scheduler scores only the first feasible nodes
 	// it finds, from a start that rotates with every pod it schedules:
 	// what it rotated through is not known here.
-	if n := len(v.nodes); v.scored < n {
+	if n := v.total; v.scored < n {
 		r.Notes = append(r.Notes, fmt.Sprintf("the scheduler scores only the first %d feasible nodes of %d it finds (percentageOfNodesToScore), "+
 			"searching from a start that rotates with every pod it schedules; whatif scores every node, so where nodes score alike "+
 			"it may name another than the scheduler will", v.scored, n))
@@ -112,8 +112,9 @@ type view struct {
 	*simulator.Deployed
 	// from says which configuration the profile came from.
 	from string
-	// scored is how many feasible nodes the deployed profile scores.
-	scored int
+	// total is how many nodes the cluster has (-l aside), scored how many
+	// feasible ones the deployed profile scores of them.
+	total, scored int
 	// published says where the learned target pinned came from ("" when
 	// it is learned here); targetNote why it is not the scheduler's.
 	published, targetNote string
@@ -213,8 +214,16 @@ func (o *Options) view(ctx context.Context, policy string) (*view, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", from, err)
 	}
+	// The scheduler counts every node, not only those -l selects: one
+	// list call of one node says how many there are.
+	total := len(nodes)
+	if o.Selector != "" {
+		if l, err := o.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1}); err == nil && l.RemainingItemCount != nil {
+			total = len(l.Items) + int(*l.RemainingItemCount)
+		}
+	}
 	v := &view{cluster: c, Deployed: d, from: from, prof: prof, ropts: d.Tracker().RequestOptions(),
-		scored: simulator.NodesScored(deployedPct, globalPct, len(nodes))}
+		total: total, scored: simulator.NodesScored(deployedPct, globalPct, total)}
 	if publishTo != "" {
 		// The target as the scheduler holds it, which remembers deleted
 		// pods; without it, what its profile learns from the pods here.

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -117,8 +119,14 @@ func TestWhatIfMatchesScheduling(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	predicted := list.Items
-	if !strings.Contains(strings.Join(list.Notes, "\n"), "first 100 feasible nodes of 113") {
+	// Of every node of the cluster (the scope's 113 and others'), not only
+	// those -l selects.
+	if m := regexp.MustCompile(`first (\d+) feasible nodes of (\d+)`).FindStringSubmatch(strings.Join(list.Notes, "\n")); m == nil {
 		t.Errorf("whatif on 113 nodes does not say the scheduler scores only part of them: %q", list.Notes)
+	} else if scored, _ := strconv.Atoi(m[1]); scored < 100 {
+		t.Errorf("whatif says the scheduler scores %s nodes of %s: %q", m[1], m[2], list.Notes)
+	} else if all, _ := strconv.Atoi(m[2]); all < 113 || scored >= all {
+		t.Errorf("whatif says the scheduler scores %s nodes of %s: %q", m[1], m[2], list.Notes)
 	}
 	if strings.Contains(strings.Join(list.Notes, "\n"), "approximated") {
 		t.Errorf("whatif did not read the published target: %q", list.Notes)
