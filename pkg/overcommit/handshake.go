@@ -54,7 +54,7 @@ func (m *Monitor) handshake(p *v1.Pod, reason, note string) {
 
 // ReleaseStaleLocks has the leader release a node's HAMi lock whose holder
 // will never be served or was served already (hami.StaleHolder: ended,
-// gone, bound elsewhere, its bind ended by the device plugin, or an unbound
+// gone, bound elsewhere, served by the device plugin and started, or an unbound
 // pod of ours whose bind was abandoned, inFlight after the lock was taken),
 // each time it judges the node: after the holder's own change,
 // and at every resync. Nobody else releases such a lock: HAMi's scheduler

@@ -290,9 +290,12 @@ func TestMonitorReleasesEndedLocks(t *testing.T) {
 		{"abandoned bind", v1.PodPending, false, true, true, true, ""},
 		{"abandoned a moment ago", v1.PodPending, false, true, true, false, ""},
 		// The plugin served it and lost the write of its release.
-		{"holder served", v1.PodPending, false, true, false, true, hami.BindSuccess},
 		{"holder served and running", v1.PodRunning, false, true, false, true, hami.BindSuccess},
-		{"holder refused by the plugin", v1.PodPending, false, true, false, true, hami.BindFailed},
+		// Success on a pod the kubelet has not started: its owner may have
+		// written it; the lock stays until the pod runs or ends.
+		{"success on a pending holder", v1.PodPending, false, true, false, false, hami.BindSuccess},
+		// Refused: the kubelet fails the pod, which releases it then.
+		{"holder refused, not failed yet", v1.PodPending, false, true, false, false, hami.BindFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, pods, nodes, _ := newMonitor(t, func() bool { return tc.active })

@@ -92,6 +92,8 @@ func TestKubectlGPU(t *testing.T) {
 		// The profile's own target workload, from --config (else the
 		// deployed ConfigMap, else the shipped configuration).
 		"frag-static": {"frag", "--config", "testdata/static-config.yaml"},
+		// kubectl's wide: device memory and node agent.
+		"nodes-wide": {"nodes", "-o", "wide"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got := run(args...)
@@ -164,22 +166,6 @@ func TestKubectlGPU(t *testing.T) {
 			t.Errorf("%s: got %q, want %q", name, got, tc.want)
 		}
 	}
-	t.Run("nodes-wide", func(t *testing.T) {
-		got := run("nodes", "-o", "wide")
-		golden := filepath.Join("testdata", "kubectl-gpu-nodes-wide.txt")
-		if *update {
-			if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(golden)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if squeeze(got) != squeeze(string(want)) {
-			t.Errorf("kubectl gpu nodes -o wide:\n%s\nwant (%s):\n%s", got, golden, want)
-		}
-	})
 	if got := run("pending", "-o", "wide"); !strings.Contains(got, "NOMINATED NODE") || !strings.Contains(got, "<none>") {
 		t.Errorf("pending -o wide: %s", got)
 	}

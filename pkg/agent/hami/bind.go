@@ -165,11 +165,12 @@ func (d *Delivery) holderGone(ctx context.Context, ns, name string, since time.T
 
 // StaleHolder reports whether a lock on node, taken at since for pod p,
 // will never be served or was served already: p has ended, is bound to
-// another node, was bound here and the device plugin has ended its bind
-// (success or failed: it releases the lock next, and a release whose write
-// it lost would otherwise hold the node until expiry), was deleted before
-// it was bound here, or (with abandoned) is an unbound pod of the
-// scheduler's own whose bind was abandoned at least inFlight ago.
+// another node, was bound here and served (the device plugin ended its bind
+// with success and the kubelet started the pod: a release the plugin lost
+// would otherwise hold the node until expiry; the pod's status says it, not
+// its annotation alone, which its owner could write), was deleted before it
+// was bound here, or (with abandoned) is an unbound pod of the scheduler's
+// own whose bind was abandoned at least inFlight ago.
 func StaleHolder(p *v1.Pod, node string, since, now time.Time, abandoned func(*v1.Pod) bool, inFlight time.Duration) bool {
 	switch {
 	case p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed:
@@ -178,8 +179,7 @@ func StaleHolder(p *v1.Pod, node string, since, now time.Time, abandoned func(*v
 		if p.Spec.NodeName != node {
 			return true
 		}
-		phase := p.Annotations[AnnotationBindPhase]
-		return phase == BindSuccess || phase == BindFailed
+		return p.Annotations[AnnotationBindPhase] == BindSuccess && p.Status.Phase == v1.PodRunning
 	case p.DeletionTimestamp != nil:
 		return true
 	}

@@ -104,7 +104,9 @@ func TestDeliveryHoldWaits(t *testing.T) {
 		{"bound elsewhere", bindPod("h", "m", v1.PodRunning), 0, false},
 		// The plugin ended its bind and lost the write of its release.
 		{"served here", withPhase(bindPod("h", "n", v1.PodRunning), BindSuccess), 0, false},
-		{"refused here", withPhase(bindPod("h", "n", v1.PodPending), BindFailed), 0, false},
+		// Success written by the pod's owner before the plugin served it:
+		// the kubelet has not started it, the lock stays.
+		{"success but not started", withPhase(bindPod("h", "n", v1.PodPending), BindSuccess), 2 * time.Minute, true},
 		{"allocating here", withPhase(bindPod("h", "n", v1.PodPending), BindAllocating), 2 * time.Minute, true},
 		{"gone", nil, 0, false},
 		// Ours, and nobody binds it now: its scheduler died holding the
