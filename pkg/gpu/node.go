@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"cmp"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -596,6 +597,19 @@ func tightestIn(free *[MaxDevices]int32, count int, milli int32) (int, bool) {
 func (s *NodeState) Fit(r *Request) (Outcome, int32, int32) {
 	out, devices, milli, _ := s.fit(r)
 	return out, devices, milli
+}
+
+// FitOn is Fit with the request's devices taken from on alone: a request
+// pinned to the devices a preemption plans to free for it.
+func (s *NodeState) FitOn(r *Request, on uint64) Outcome {
+	out, devices, milli, mask := s.fit(r)
+	if out != Fits || int32(bits.OnesCount64(mask&on)) >= devices {
+		return out
+	}
+	if devices > 1 || milli == MilliPerGPU {
+		return TooFewFreeDevices
+	}
+	return NoDeviceWithShare
 }
 
 // delivers reports whether a share would be delivered here: a share the

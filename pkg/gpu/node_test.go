@@ -721,3 +721,62 @@ func TestCPUOnlyShortcutMatchesFragmentation(t *testing.T) {
 		t.Fatalf("shortcut %d, quick %d of 6000 cases: the test covers only one path", shortcuts, quick)
 	}
 }
+
+func TestFitOn(t *testing.T) {
+	tests := map[string]struct {
+		st   *NodeState
+		req  Request
+		on   uint64
+		want Outcome
+	}{
+		"whole on its free device":          {state(1000, 1000), Request{Count: 1}, 0b10, Fits},
+		"whole on a used device":            {state(1000, 600), Request{Count: 1}, 0b10, TooFewFreeDevices},
+		"two whole, one pinned device free": {state(1000, 1000, 0), Request{Count: 2}, 0b101, TooFewFreeDevices},
+		"two whole on two free":             {state(1000, 0, 1000), Request{Count: 2}, 0b101, Fits},
+		"share where it has room":           {state(100, 600), Request{Milli: 500}, 0b10, Fits},
+		"share pinned where it has none":    {state(600, 100), Request{Milli: 500}, 0b10, NoDeviceWithShare},
+		// Whatever the pin, what never fits says why.
+		"more than the node": {state(1000), Request{Count: 2}, 0b1, TooFewDevices},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := tc.st.FitOn(&tc.req, tc.on); got != tc.want {
+				t.Errorf("want %v, got %v", tc.want, got)
+			}
+		})
+	}
+}
+
+// A nominee's hold is read when a state is computed: a change of it retires
+// the node's cached state, and forgetting a nomination that was never made
+// retires nothing.
+func TestNominationRetiresCachedState(t *testing.T) {
+	n := node("n1", 2, 2, nil)
+	tr := NewTracker(DefaultNodeOptions)
+	nominee := gpuPod("p", "p", 1, nil)
+	nominee.Spec.NodeName = ""
+	pods := []*v1.Pod{nominee}
+	tr.Nominate("p", "n1", Choice{Mask: 0b01, Milli: MilliPerGPU})
+	if st := tr.Build(n, 1, pods, 1000, 1<<20); st.Free[0] != 0 || st.Free[1] != MilliPerGPU {
+		t.Fatalf("nominee holds device 0: %v", st.Free[:2])
+	}
+	tr.Nominate("p", "n1", Choice{Mask: 0b10, Milli: MilliPerGPU})
+	if tr.Lookup("n1", 1) != nil {
+		t.Fatal("a moved hold must retire the cached state")
+	}
+	if st := tr.Build(n, 1, pods, 1000, 1<<20); st.Free[0] != MilliPerGPU || st.Free[1] != 0 {
+		t.Errorf("nominee holds device 1: %v", st.Free[:2])
+	}
+	tr.Nominate("p", "n1", Choice{Mask: 0b10, Milli: MilliPerGPU})
+	if tr.Lookup("n1", 1) == nil {
+		t.Error("the same hold again must keep the cached state")
+	}
+	tr.Denominate("q")
+	if tr.Lookup("n1", 1) == nil {
+		t.Error("forgetting no nomination must keep the cached state")
+	}
+	tr.Denominate("p")
+	if tr.Lookup("n1", 1) != nil {
+		t.Error("a forgotten hold must retire the cached state")
+	}
+}

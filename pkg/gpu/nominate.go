@@ -17,11 +17,32 @@ type nomination struct {
 // preemption nominated: until it is bound they are held for it in every
 // other pod's filters, whether its victims are still there or gone.
 func (t *Tracker) Nominate(uid types.UID, node string, c Choice) {
-	t.nominated.Store(uid, nomination{node: node, choice: c})
+	n := nomination{node: node, choice: c}
+	old, had := t.nominated.Swap(uid, n)
+	if had && old.(nomination) == n {
+		return
+	}
+	if had {
+		t.touch(old.(nomination).node)
+	}
+	t.touch(node)
 }
 
 // Denominate forgets a nomination (the pod is bound, or gone).
-func (t *Tracker) Denominate(uid types.UID) { t.nominated.Delete(uid) }
+func (t *Tracker) Denominate(uid types.UID) {
+	if old, had := t.nominated.LoadAndDelete(uid); had {
+		t.touch(old.(nomination).node)
+	}
+}
+
+// touch retires the node's cached states: a nominee's hold is read when a
+// state is computed, and a hold that changed must not be served from a
+// state computed before.
+func (t *Tracker) touch(node string) {
+	if s := t.slot(node, false); s != nil {
+		s.version.Add(1)
+	}
+}
 
 // Nomination returns a nominated pod's node and the devices held for it
 // there.

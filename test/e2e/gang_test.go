@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/localcp"
 	"github.com/gpu-scheduler/gpu-scheduler/test/harness"
 )
@@ -165,4 +167,68 @@ func TestGangsRace(t *testing.T) {
 
 func waitFor(s *harness.Scope, timeout time.Duration, cond func() bool) error {
 	return wait.PollUntilContextTimeout(s.Ctx, 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond(), nil })
+}
+
+// A high-priority gang of two whole-GPU pods on a node of three devices
+// that hold low-priority shares: a alone on one, b and c on another, d
+// alone on the third. Each pod of the gang evicts the one share of a
+// device: a and d, two pods. Upstream's pod group preemption reprieves the
+// oldest first (a), then must evict b, c and d: three pods, where two were
+// enough. The gang binds on the devices its victims freed.
+func TestGangPreemptionEvictsByDevice(t *testing.T) {
+	_, sched := gangScheduler(t)
+	s := cluster.NewScope(t)
+	high := highPriority(t, s)
+	s.AddNodes(fleet.Node{Name: "n", CPU: "16", Memory: "64Gi", GPUs: 3, Model: "Tesla-T4", MemoryMiB: 15360})
+	spec := func(name string, milli int) harness.PodSpec {
+		return harness.PodSpec{Name: name, Milli: milli, Scheduler: sched}
+	}
+	at := createInOrder(s, spec("a", 500), spec("b", 600), spec("c", 400), spec("d", 600))
+	dev := func(n string) int { return at[n].Shares[0].Index }
+	if dev("b") != dev("c") || dev("a") == dev("b") || dev("d") == dev("b") || dev("d") == dev("a") {
+		t.Fatalf("setup: want a, d alone and b, c together, got %v", at)
+	}
+	pg := &schedulingv1beta1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: s.NS},
+		Spec: schedulingv1beta1.PodGroupSpec{PriorityClassName: high, SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
+			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 2}}},
+	}
+	created, err := cluster.Client.SchedulingV1beta1().PodGroups(s.NS).Create(s.Ctx, pg, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created.Spec.Priority == nil || *created.Spec.Priority != 1000 {
+		t.Fatalf("the pod group's priority was not resolved from its class: %v", created.Spec.Priority)
+	}
+	var members []string
+	for i := range 2 {
+		name := fmt.Sprintf("train-%d", i)
+		members = append(members, name)
+		s.Create(s.Pod(harness.PodSpec{Name: name, GPUs: 1, Scheduler: sched, PodGroup: "train", PriorityClass: high}))
+	}
+	s.WaitBound(2*time.Minute, members...)
+	var got []string
+	for _, n := range []string{"a", "b", "c", "d"} {
+		if s.GetOrNil(n) == nil {
+			got = append(got, n)
+		}
+	}
+	if !slices.Equal(got, []string{"a", "d"}) {
+		t.Errorf("evicted %v, want [a d]: the one share of each of two devices (upstream's order evicts [b c d])", got)
+	}
+	var on []int
+	for _, m := range members {
+		a, err := gpu.ParseAssignment(s.Get(m).Annotations[gpu.AnnotationAssignment])
+		if err != nil || len(a.Shares) != 1 {
+			t.Fatalf("%s: %v %v", m, a, err)
+		}
+		on = append(on, a.Shares[0].Index)
+	}
+	slices.Sort(on)
+	want := []int{dev("a"), dev("d")}
+	slices.Sort(want)
+	if !slices.Equal(on, want) {
+		t.Errorf("gang on devices %v, want the devices its victims held %v", on, want)
+	}
+	checkDevices(t)
 }

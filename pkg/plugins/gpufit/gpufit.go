@@ -502,12 +502,17 @@ func (pl *GPUFit) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
 // Filter checks the node device by device.
 func (pl *GPUFit) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
-	req, err := shared.ReadRequest(cs)
+	req, pin, err := shared.ReadPinned(cs)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
 	st := pl.shared.State(nodeInfo)
-	out, _, _ := st.Fit(req)
+	var out gpu.Outcome
+	if pin != nil && pin.Node == st.Name {
+		out = st.FitOn(req, pin.Choice.Mask)
+	} else {
+		out, _, _ = st.Fit(req)
+	}
 	if out == gpu.Fits {
 		return nil
 	}
@@ -557,7 +562,7 @@ func (pl *GPUFit) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 }
 
 func (pl *GPUFit) reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
-	req, err := shared.ReadRequest(cs)
+	req, pin, err := shared.ReadPinned(cs)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
@@ -569,7 +574,14 @@ func (pl *GPUFit) reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 		return fwk.AsStatus(err)
 	}
 	st := pl.shared.ForPod(pl.handle, nodeInfo, pod, true)
-	choice, _, ok := pl.shared.Evaluate(st, req)
+	var choice gpu.Choice
+	var ok bool
+	if pin != nil && pin.Node == nodeName {
+		// A pod group's preemption dry run: the devices its plan frees.
+		choice, ok = pin.Choice, st.FitOn(req, pin.Choice.Mask) == gpu.Fits
+	} else {
+		choice, _, ok = pl.shared.Evaluate(st, req)
+	}
 	if !ok {
 		return fwk.NewStatus(fwk.Unschedulable, ErrReasonDevicesChanged)
 	}

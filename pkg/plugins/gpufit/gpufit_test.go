@@ -30,6 +30,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu/gputest"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/internal/shared"
 )
 
 const gpuRes = v1.ResourceName(gpu.ResourceNvidiaGPU)
@@ -549,5 +550,68 @@ func TestReserveLeavesANomineesDevices(t *testing.T) {
 			}
 			pl.Unreserve(tCtx, cs, pod, "n")
 		}
+	}
+}
+
+// In a pod group's preemption dry run, a pod pinned to devices of a node
+// fits only on them, and reserves them, whatever the policy would choose;
+// the pin says nothing of other nodes. Device 0 of "room" has 300 milli
+// free, devices 1 and 2 are free.
+func TestPinnedFilterAndReserve(t *testing.T) {
+	nodes := []*v1.Node{gpuNode("room", "3").Obj(), gpuNode("other", "2").Obj()}
+	pods := []*v1.Pod{boundPod("c", "room", "room:0=700")}
+	pod := sharedPod("s", "500").Obj()
+	const anyFree = 0b110
+	pin := func(node string, mask uint64) *shared.Pin {
+		return &shared.Pin{Node: node, Choice: gpu.Choice{Mask: mask, Milli: 500}}
+	}
+	tests := map[string]struct {
+		pin     *shared.Pin
+		want    fwk.Code
+		reserve uint64 // the devices Reserve may take (0: it fails)
+	}{
+		"unpinned":         {nil, fwk.Success, anyFree},
+		"pinned to dev 1":  {pin("room", 0b010), fwk.Success, 0b010},
+		"pinned to dev 2":  {pin("room", 0b100), fwk.Success, 0b100},
+		"pinned elsewhere": {pin("other", 0b01), fwk.Success, anyFree},
+		// Without the pin it fits (devices 1, 2): pinned, it does not.
+		"pinned to the used device": {pin("room", 0b001), fwk.Unschedulable, 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tCtx := ktesting.Init(t)
+			e := newEnv(tCtx, t, nil, nodes, pods)
+			cs := framework.NewCycleState()
+			all, _ := e.snapshot.NodeInfos().List()
+			if _, s := e.pl.PreFilter(tCtx, cs, pod, all); !s.IsSuccess() {
+				t.Fatal(s)
+			}
+			if tc.pin != nil {
+				if err := shared.WritePin(cs, tc.pin); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s := e.pl.Filter(tCtx, cs, pod, e.nodeInfo(t, "room"))
+			if s.Code() != tc.want {
+				t.Fatalf("Filter: want %v, got %v", tc.want, s)
+			}
+			if tc.want == fwk.Unschedulable && s.Reasons()[0] != ErrReasonNoDeviceShare {
+				t.Errorf("reason: %v", s.Reasons())
+			}
+			s = e.pl.Reserve(tCtx, cs, pod, "room")
+			if tc.reserve == 0 {
+				if s.IsSuccess() {
+					t.Errorf("Reserve took devices the pin does not allow: %b", readReserve(cs).choice.Mask)
+				}
+				return
+			}
+			if !s.IsSuccess() {
+				t.Fatal(s)
+			}
+			if got := readReserve(cs).choice.Mask; got&^tc.reserve != 0 || got == 0 {
+				t.Errorf("reserved %b, want within %b", got, tc.reserve)
+			}
+			e.pl.Unreserve(tCtx, cs, pod, "room")
+		})
 	}
 }

@@ -313,3 +313,223 @@ func sameSet(a, b map[types.UID]bool) bool {
 	}
 	return true
 }
+
+// PodGroupPostFilter is upstream's pod group preemption with each pod's
+// devices planned as the single-pod path plans them. Upstream removes every
+// lower-priority victim, places the group, then reprieves the victims most
+// important first while every pod still passes its filters. Here each pod
+// is pinned, in that dry run, to the devices its plan frees (GPUFit's
+// Filter and Reserve then take those and no others): a victim on them stays
+// evicted, every other is reprieved. The devices are held for the pods
+// while they are nominated, as for a single preemptor.
+func (pl *GPUPreemption) PodGroupPostFilter(ctx context.Context, state fwk.PodGroupCycleState, pgInfo fwk.PodGroupInfo, run fwk.PodGroupSchedulingFunc) (*fwk.PodGroupPostFilterResult, *fwk.Status) {
+	t := pl.shared.Tracker()
+	if t == nil {
+		return pl.DefaultPreemption.PodGroupPostFilter(ctx, state, pgInfo, run)
+	}
+	g := pl.newGroupPlan(t, pgInfo.GetUnscheduledPods())
+	pinned := func(ctx context.Context) (*fwk.PodGroupAssignments, *fwk.Status) {
+		a, s := run(ctx)
+		if s.IsSuccess() && a != nil {
+			pl.pinGroup(ctx, t, g, a.ProposedAssignments)
+		}
+		return a, s
+	}
+	res, status := pl.DefaultPreemption.PodGroupPostFilter(ctx, state, pgInfo, pinned)
+	switch {
+	case !g.planned:
+		// An ongoing preemption (victims still terminating) or none: what
+		// is held for the pods stays held.
+	case !status.IsSuccess() || res == nil:
+		g.restore(t)
+	default:
+		for _, m := range g.members {
+			ni := res.NominatingInfos[types.NamespacedName{Namespace: m.Namespace, Name: m.Name}]
+			if p := g.pins[m.UID]; p != nil && ni != nil && ni.NominatedNodeName == p.Node {
+				t.Nominate(m.UID, p.Node, p.Choice)
+				klog.FromContext(ctx).V(4).Info("GPUs held for the pod group's preemptor", "pod", klog.KObj(m), "node", p.Node, "devices", p.Choice.Devices(), "milli", p.Choice.Milli)
+				continue
+			}
+			t.Denominate(m.UID)
+		}
+	}
+	return res, status
+}
+
+// groupPlan is one pod group preemption's device plan.
+type groupPlan struct {
+	members []*v1.Pod
+	member  map[types.UID]bool
+	// saved is what was held for the members before: put back if the
+	// preemption fails.
+	saved map[types.UID]savedHold
+	// before is every node's pods as the snapshot had them, before
+	// upstream removed the victims from it.
+	before  map[string][]*v1.Pod
+	pins    map[types.UID]*shared.Pin
+	planned bool
+}
+
+type savedHold struct {
+	node   string
+	choice gpu.Choice
+}
+
+func (pl *GPUPreemption) newGroupPlan(t *gpu.Tracker, members []*v1.Pod) *groupPlan {
+	g := &groupPlan{members: members, member: make(map[types.UID]bool, len(members)), saved: map[types.UID]savedHold{}}
+	for _, m := range members {
+		g.member[m.UID] = true
+		if n, c, ok := t.Nomination(m.UID); ok {
+			g.saved[m.UID] = savedHold{node: n, choice: c}
+		}
+	}
+	if nis, err := pl.handle.SnapshotSharedLister().NodeInfos().List(); err == nil {
+		g.before = make(map[string][]*v1.Pod, len(nis))
+		for _, ni := range nis {
+			if ni.Node() != nil && len(ni.GetPods()) > 0 {
+				g.before[ni.Node().Name] = shared.PodsOf(ni)
+			}
+		}
+	}
+	return g
+}
+
+func (g *groupPlan) restore(t *gpu.Tracker) {
+	for _, m := range g.members {
+		if h, ok := g.saved[m.UID]; ok {
+			t.Nominate(m.UID, h.node, h.choice)
+		} else {
+			t.Denominate(m.UID)
+		}
+	}
+}
+
+// pinGroup plans, pod by pod in the group's order, the devices each pod's
+// victims free on the node upstream placed it, as the single-pod path
+// plans them (gpu.Tracker.PlanEviction), with the victims already planned
+// for earlier pods gone and the devices planned for them held; and pins
+// each pod's cycle state to its devices. A pod without a plan (no GPU, or
+// none found) keeps upstream's order.
+func (pl *GPUPreemption) pinGroup(ctx context.Context, t *gpu.Tracker, g *groupPlan, as []fwk.ProposedAssignment) {
+	g.planned = true
+	g.pins = map[types.UID]*shared.Pin{}
+	for _, m := range g.members {
+		t.Denominate(m.UID)
+	}
+	lister := pl.handle.SnapshotSharedLister()
+	pgs := lister.PodGroups()
+	var pdbs []*policy.PodDisruptionBudget
+	if l := pl.handle.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(); l != nil {
+		pdbs, _ = l.List(labels.Everything())
+	}
+	allowed := make([]int32, len(pdbs))
+	for i, b := range pdbs {
+		allowed[i] = b.Status.DisruptionsAllowed
+	}
+	var groupSize map[string]int // pods of each victim group, cluster-wide
+	sizeOf := func(p *v1.Pod) int {
+		if p.Spec.SchedulingGroup == nil || p.Spec.SchedulingGroup.PodGroupName == nil {
+			return 1
+		}
+		if groupSize == nil {
+			groupSize = map[string]int{}
+			for _, pods := range g.before {
+				for _, q := range pods {
+					if sg := q.Spec.SchedulingGroup; sg != nil && sg.PodGroupName != nil {
+						groupSize[q.Namespace+"/"+*sg.PodGroupName]++
+					}
+				}
+			}
+		}
+		return max(groupSize[p.Namespace+"/"+*p.Spec.SchedulingGroup.PodGroupName], 1)
+	}
+	evicted := map[string]map[types.UID]bool{} // planned victims by node
+	placed := map[string][]*v1.Pod{}           // the group's pods planned on each node
+	logger := klog.FromContext(ctx)
+	for _, a := range as {
+		node, m, cs := a.GetNodeName(), a.GetPod(), a.GetCycleState()
+		if node == "" || cs == nil {
+			continue
+		}
+		req, err := shared.ReadRequest(cs)
+		if err != nil || !req.HasGPU() {
+			continue
+		}
+		ni, err := lister.NodeInfos().Get(node)
+		if err != nil || ni.Node() == nil {
+			continue
+		}
+		prio := preemption.GetPodPriority(m, pgs, nil)
+		// The node's pods as they were, less the victims planned for
+		// earlier pods, plus the group's pods planned here and the other
+		// nominees as important (their devices are theirs).
+		now := make(map[types.UID]bool, len(ni.GetPods()))
+		for _, pi := range ni.GetPods() {
+			now[pi.GetPod().UID] = true
+		}
+		gone := evicted[node]
+		candidates := map[types.UID]gpu.Victim{}
+		var in []*v1.Pod
+		for _, p := range g.before[node] {
+			if gone[p.UID] || g.member[p.UID] {
+				continue
+			}
+			in = append(in, p)
+			if !now[p.UID] {
+				// Upstream removed it: a victim.
+				candidates[p.UID] = gpu.Victim{Priority: preemption.GetPodPriority(p, pgs, nil), Pods: sizeOf(p), Budgets: budgetsOf(p, pdbs)}
+			}
+		}
+		var taken uint64
+		for _, np := range pl.handle.NominatedPodsForNode(node) {
+			o := np.GetPod()
+			if g.member[o.UID] || o.Spec.NodeName != "" || corev1helpers.PodPriority(o) < prio {
+				continue
+			}
+			if c, held := t.Nominated(o.UID, node); held || o.Status.NominatedNodeName == node {
+				in = append(in, o)
+				taken |= c.Mask
+			}
+		}
+		in = append(in, placed[node]...)
+		e, planned := t.PlanEviction(ni.Node(), in, req, candidates, allowed)
+		victims := map[types.UID]bool{}
+		if planned {
+			for _, uid := range e.UIDs {
+				victims[uid] = true
+			}
+		}
+		rest := make([]*v1.Pod, 0, len(in))
+		for _, p := range in {
+			if !victims[p.UID] {
+				rest = append(rest, p)
+			}
+		}
+		choice, ok := t.FreedFor(ni.Node(), rest, req, t.HeldBy(ni.Node(), in, victims), taken)
+		if !ok {
+			logger.V(4).Info("no GPU plan for the pod group's pod: upstream's order", "pod", klog.KObj(m), "node", node)
+			continue
+		}
+		if gone == nil {
+			gone = map[types.UID]bool{}
+			evicted[node] = gone
+		}
+		for uid := range victims {
+			gone[uid] = true
+		}
+		// Held while the rest of the group is planned: later pods on the
+		// node plan around it.
+		t.Nominate(m.UID, node, choice)
+		placed[node] = append(placed[node], m)
+		pin := &shared.Pin{Node: node, Choice: choice}
+		if err := shared.WritePin(cs, pin); err != nil {
+			continue
+		}
+		g.pins[m.UID] = pin
+		why := "no GPU eviction needed"
+		if planned {
+			why = e.Why
+		}
+		logger.V(4).Info("pod group preemption: GPUs planned", "pod", klog.KObj(m), "node", node, "devices", choice.Devices(), "milli", choice.Milli, "plan", why)
+	}
+}

@@ -514,6 +514,16 @@ func (s *Shared) AllPods() []*v1.Pod {
 // GPUFit's PreFilter and read by GPUFit and GPUScore.
 type requestState struct {
 	req gpu.Request
+	pin *Pin
+}
+
+// Pin is the devices a pod group's preemption plans to free for one of its
+// pods: in that dry run, the pod's Filter and Reserve on the node take
+// these devices and no others, so that a victim holding them is evicted and
+// every other is reprieved.
+type Pin struct {
+	Node   string
+	Choice gpu.Choice
 }
 
 // Clone is cheap: the request never changes within a cycle.
@@ -529,13 +539,31 @@ func WriteRequest(cs fwk.CycleState, r gpu.Request) {
 
 // ReadRequest returns the parsed request, or an error if PreFilter did not run.
 func ReadRequest(cs fwk.CycleState) (*gpu.Request, error) {
+	r, _, err := ReadPinned(cs)
+	return r, err
+}
+
+// ReadPinned is ReadRequest with the pod's pin, if a dry run set one.
+func ReadPinned(cs fwk.CycleState) (*gpu.Request, *Pin, error) {
 	d, err := cs.Read(RequestKey)
 	if err != nil {
-		return nil, fmt.Errorf("reading %q from cycle state: %w", RequestKey, err)
+		return nil, nil, fmt.Errorf("reading %q from cycle state: %w", RequestKey, err)
 	}
 	r, ok := d.(*requestState)
 	if !ok {
-		return nil, fmt.Errorf("%q has type %T", RequestKey, d)
+		return nil, nil, fmt.Errorf("%q has type %T", RequestKey, d)
 	}
-	return &r.req, nil
+	return &r.req, r.pin, nil
+}
+
+// WritePin pins the request PreFilter wrote to devices of a node (nil
+// unpins). The state is replaced, not changed: clones of the cycle state
+// keep what they had.
+func WritePin(cs fwk.CycleState, pin *Pin) error {
+	r, _, err := ReadPinned(cs)
+	if err != nil {
+		return err
+	}
+	cs.Write(RequestKey, &requestState{req: *r, pin: pin})
+	return nil
 }
