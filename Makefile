@@ -68,6 +68,13 @@ $(BIN)/kind: hack/tools/kind/go.mod hack/tools/kind/go.sum
 	cd hack/tools/kind && $(GO) build -o $@ sigs.k8s.io/kind
 $(BIN)/crictl: hack/tools/kind/go.mod hack/tools/kind/go.sum
 	cd hack/tools/kind && $(GO) build -o $@ sigs.k8s.io/cri-tools/cmd/crictl
+# Kueue's controller and CRDs, from its module in a module of its own (the
+# e2e suite's queue tests run it with the Job controller).
+$(BIN)/kueue: hack/tools/kueue/go.mod hack/tools/kueue/go.sum
+	cd hack/tools/kueue && $(GO) build -o $@ sigs.k8s.io/kueue/cmd/kueue
+	rm -rf $(BIN)/kueue-crds && mkdir -p $(BIN)/kueue-crds
+	cp "$$(cd hack/tools/kueue && $(GO) list -m -f '{{.Dir}}' sigs.k8s.io/kueue)"/config/components/crd/bases/*.yaml $(BIN)/kueue-crds/
+	chmod u+w $(BIN)/kueue-crds/*.yaml
 # The test images' programs (test/images), static.
 $(BIN)/images/%: FORCE
 	$(GO) build -ldflags "-s -w" -o $@ ./test/images/$*
@@ -156,7 +163,7 @@ test: lint unit integration
 
 # The built binary against the local control plane, beside the vanilla
 # kube-scheduler. E2E_KUBECONFIG=<file> runs it against a deployed cluster.
-e2e: binaries
+e2e: binaries $(BIN)/kueue $(BIN)/kube-controller-manager
 	$(GO) test -count=1 -timeout 30m -v ./test/e2e/ 2>&1 | grep -vE '^[IWE][0-9]{4} ' ; exit $${PIPESTATUS[0]}
 
 # The suite on kind: real kubelets and device plugins, our image, the chart
