@@ -232,3 +232,44 @@ func TestGangPreemptionEvictsByDevice(t *testing.T) {
 	}
 	checkDevices(t)
 }
+
+// A gang member that fails after the gang was placed (its Reserve, with a
+// fault switch of the faultinject build: as when the devices changed between
+// the group's placement and its commit) leaves the members reserved before
+// it waiting at Permit for their quorum. Upstream's GangScheduling lets them
+// wait 5 minutes, each holding its GPU; GPUFit rejects them at once, so
+// the GPUs are free for other pods while the gang is tried again.
+func TestGangMemberFailureReleasesWaitingMembers(t *testing.T) {
+	if !cluster.Local() {
+		t.Skip("needs the faultinject build as a local process")
+	}
+	profile := "gpu-scheduler-gang-fault"
+	proc, err := harness.StartProfile(context.Background(), cluster, filepath.Join(harness.BinDir(), "gpu-scheduler-faultinject"), profile,
+		[]string{"GPU_SCHEDULER_FAULT_FAIL_RESERVE=-1"}, harness.AccountingOnlySharing, "--feature-gates=GenericWorkload=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(proc.Tail(60))
+		}
+		proc.Stop(5 * time.Second)
+	})
+	s := cluster.NewScope(t)
+	s.AddNodes(fleet.Node{Name: "a", CPU: "64", Memory: "256Gi", GPUs: 2, Model: "NVIDIA-A100-SXM4-80GB", MemoryMiB: 81920})
+	gang(t, s, "g", 2)
+	// g-1's Reserve fails each time the gang is committed; g-0 would wait.
+	names := gangPods(s, profile, "g", 2, 1)
+	t.Logf("g-1 pending: %s", s.WaitUnschedulable(time.Minute, names[1]))
+	// A pod that needs both GPUs binds: nothing holds one for g-0.
+	start := time.Now()
+	s.Create(s.Pod(harness.PodSpec{Name: "both", GPUs: 2, Model: "NVIDIA-A100-SXM4-80GB", Scheduler: profile}))
+	if err := waitFor(s, time.Minute, func() bool { return bound(s, "both") == 1 }); err != nil {
+		t.Fatalf("a pod of both GPUs did not bind in a minute: g-0 holds one while it waits at Permit (g-0: %v)", s.Get(names[0]).Status.Conditions)
+	}
+	t.Logf("a pod of both GPUs bound %v after it was created", time.Since(start).Round(time.Millisecond))
+	if n := bound(s, names...); n != 0 {
+		t.Errorf("%d of the gang's pods bound", n)
+	}
+	checkDevices(t)
+}

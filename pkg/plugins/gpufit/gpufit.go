@@ -31,6 +31,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/validation"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/fault"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/overcommit"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/internal/shared"
@@ -59,6 +60,7 @@ const (
 	ErrReasonDeviceNotAllowed = "node(s) had none of the GPUs the pod allows (nvidia.com/use-gpuuuid, nouse-gpuuuid)"
 	ErrReasonNodeLocked       = "node's HAMi lock is held by another pod's bind"
 	ErrReasonUnregistered     = "node(s) had a device plugin that has not registered its GPUs yet (HAMi's hami.io/node-nvidia-register)"
+	ErrReasonGangMemberFailed = "another pod of its gang failed after the gang was placed: the gang is tried again"
 )
 
 var reasons = map[gpu.Outcome]string{
@@ -569,6 +571,9 @@ func (pl *GPUFit) reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	if !req.HasGPU() {
 		return nil
 	}
+	if fault.FailReserve(pod.Name) && !cs.IsPodGroupSchedulingCycle() {
+		return fwk.NewStatus(fwk.Unschedulable, ErrReasonDevicesChanged+" (fault injected)")
+	}
 	nodeInfo, err := pl.handle.SnapshotSharedLister().NodeInfos().Get(nodeName)
 	if err != nil {
 		return fwk.AsStatus(err)
@@ -628,6 +633,9 @@ func (pl *GPUFit) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		// Back to the pool with whatever rejected it after the filters.
 		pl.narrow.move(pod, stAttempting)
 	}
+	if sg := pod.Spec.SchedulingGroup; sg != nil && sg.PodGroupName != nil && cs != nil && !cs.IsPodGroupSchedulingCycle() {
+		pl.rejectWaitingGang(ctx, pod, *sg.PodGroupName)
+	}
 	rs := readReserve(cs)
 	if rs == nil {
 		return // this cycle reserved nothing
@@ -644,6 +652,30 @@ func (pl *GPUFit) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		return
 	}
 	pl.shared.Tracker().UnreserveIf(pod.UID, rs.seq)
+}
+
+// rejectWaitingGang rejects the members of a pod's gang that wait at
+// Permit, once the pod failed after its group's placement was committed (a
+// Reserve, a Permit or a bind that failed; not the tentative placements of
+// the group's own cycle and its preemption's dry run, which are undone by
+// design). Upstream's GangScheduling lets them wait for their quorum until
+// its Permit timeout (5 minutes), each holding its GPUs, for a member that
+// is back in the queue: rejected now, they release them, and the whole gang
+// is tried again.
+func (pl *GPUFit) rejectWaitingGang(ctx context.Context, pod *v1.Pod, group string) {
+	var rejected []*v1.Pod
+	pl.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
+		p := wp.GetPod()
+		if p.UID == pod.UID || p.Namespace != pod.Namespace || p.Spec.SchedulingGroup == nil ||
+			p.Spec.SchedulingGroup.PodGroupName == nil || *p.Spec.SchedulingGroup.PodGroupName != group {
+			return
+		}
+		rejected = append(rejected, p)
+		wp.Reject(Name, ErrReasonGangMemberFailed)
+	})
+	if len(rejected) > 0 {
+		klog.FromContext(ctx).V(2).Info("rejected the gang's members waiting at Permit: a member failed", "pod", klog.KObj(pod), "podGroup", group, "rejected", klog.KObjSlice(rejected))
+	}
 }
 
 // verifyRelease reads the pod from the API server until it knows whether the
