@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -106,6 +107,10 @@ type GPUFit struct {
 	hostless *hostless
 	// binder is the node agent's side of a bind (nil without an agent).
 	binder agent.Binder
+	// waits is whether the framework keeps waiting pods: one built without
+	// (tests, the simulator) panics when asked.
+	waitsOnce sync.Once
+	waits     bool
 }
 
 // bindInFlight is GPUFit.inFlight's default.
@@ -663,6 +668,14 @@ func (pl *GPUFit) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 // is back in the queue: rejected now, they release them, and the whole gang
 // is tried again.
 func (pl *GPUFit) rejectWaitingGang(ctx context.Context, pod *v1.Pod, group string) {
+	pl.waitsOnce.Do(func() {
+		defer func() { _ = recover() }()
+		pl.handle.IterateOverWaitingPods(func(fwk.WaitingPod) {})
+		pl.waits = true
+	})
+	if !pl.waits {
+		return
+	}
 	var rejected []*v1.Pod
 	pl.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
 		p := wp.GetPod()
