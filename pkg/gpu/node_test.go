@@ -780,3 +780,21 @@ func TestNominationRetiresCachedState(t *testing.T) {
 		t.Error("a forgotten hold must retire the cached state")
 	}
 }
+
+// A pod listed twice (a preemption's dry run adds an assumed pod that the
+// nominator lists too) holds its devices once, reserved or nominated.
+func TestPodListedTwiceHoldsOnce(t *testing.T) {
+	n := node("n1", 2, 2, nil)
+	tr := NewTracker(DefaultNodeOptions)
+	p := gpuPod("p", "p", 1, nil)
+	p.Spec.NodeName = ""
+	tr.Reserve("n1", "p", Reservation{Name: "p", Choice: Choice{Mask: 0b01, Milli: MilliPerGPU}})
+	if st := tr.Compute(n, []*v1.Pod{p, p}, 0, 0, "", false); st.Free[0] != 0 || st.Free[1] != MilliPerGPU || st.Overcommitted {
+		t.Errorf("reserved pod listed twice: free %v, overcommitted %v", st.Free[:2], st.Overcommitted)
+	}
+	tr.Unreserve("p")
+	tr.Nominate("p", "n1", Choice{Mask: 0b10, Milli: MilliPerGPU})
+	if st := tr.Compute(n, []*v1.Pod{p, p}, 0, 0, "", false); st.Free[0] != MilliPerGPU || st.Free[1] != 0 {
+		t.Errorf("nominee listed twice: free %v", st.Free[:2])
+	}
+}

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"math/bits"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -84,7 +85,10 @@ func (t *Tracker) nominee(pod *v1.Pod, node string) bool {
 // can.
 func (t *Tracker) holdForNominees(st *NodeState, pods []*v1.Pod) {
 	var any Request
-	for _, pod := range pods {
+	for k, pod := range pods {
+		if slices.ContainsFunc(pods[:k], func(q *v1.Pod) bool { return q.UID == pod.UID }) {
+			continue // listed twice: it holds once
+		}
 		req, err := ParseRequest(pod, t.reqOpts)
 		if err != nil || !req.HasGPU() {
 			continue

@@ -605,6 +605,11 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 			continue
 		}
 		r, reserved := s.reservations[pod.UID]
+		if reserved && handled[pod.UID] {
+			// The same pod twice (a preemption's dry run adds an assumed
+			// pod the nominator also lists): it holds its devices once.
+			continue
+		}
 		if pod.Spec.NodeName == "" && !reserved && t.nominee(pod, node.Name) {
 			// Not bound: a pod nominated here that the scheduler's filters
 			// count in (preemption); it holds what is left, last.

@@ -320,8 +320,11 @@ func sameSet(a, b map[types.UID]bool) bool {
 // important first while every pod still passes its filters. Here each pod
 // is pinned, in that dry run, to the devices its plan frees (GPUFit's
 // Filter and Reserve then take those and no others): a victim on them stays
-// evicted, every other is reprieved. The devices are held for the pods
-// while they are nominated, as for a single preemptor.
+// evicted, every other is reprieved. The pins are checked first as the
+// reprieve will see them with every victim gone; where any GPU pod has no
+// plan, or a pinned pod would not pass, nothing is pinned and upstream's
+// order decides. The devices are held for the pods while they are
+// nominated, as for a single preemptor.
 func (pl *GPUPreemption) PodGroupPostFilter(ctx context.Context, state fwk.PodGroupCycleState, pgInfo fwk.PodGroupInfo, run fwk.PodGroupSchedulingFunc) (*fwk.PodGroupPostFilterResult, *fwk.Status) {
 	t := pl.shared.Tracker()
 	if t == nil {
@@ -341,16 +344,21 @@ func (pl *GPUPreemption) PodGroupPostFilter(ctx context.Context, state fwk.PodGr
 		// An ongoing preemption (victims still terminating) or none: what
 		// is held for the pods stays held.
 	case !status.IsSuccess() || res == nil:
-		g.restore(t)
+		g.restore(t, nil)
 	default:
 		for _, m := range g.members {
-			ni := res.NominatingInfos[types.NamespacedName{Namespace: m.Namespace, Name: m.Name}]
-			if p := g.pins[m.UID]; p != nil && ni != nil && ni.NominatedNodeName == p.Node {
+			ni, nominated := res.NominatingInfos[types.NamespacedName{Namespace: m.Namespace, Name: m.Name}]
+			p := g.pins[m.UID]
+			switch {
+			case !nominated || ni == nil:
+				// Not placed: it keeps its nomination, and what was held.
+				g.restore(t, m)
+			case p != nil && ni.NominatedNodeName == p.Node:
 				t.Nominate(m.UID, p.Node, p.Choice)
 				klog.FromContext(ctx).V(4).Info("GPUs held for the pod group's preemptor", "pod", klog.KObj(m), "node", p.Node, "devices", p.Choice.Devices(), "milli", p.Choice.Milli)
-				continue
+			default:
+				t.Denominate(m.UID)
 			}
-			t.Denominate(m.UID)
 		}
 	}
 	return res, status
@@ -363,9 +371,9 @@ type groupPlan struct {
 	// saved is what was held for the members before: put back if the
 	// preemption fails.
 	saved map[types.UID]savedHold
-	// before is every node's pods as the snapshot had them, before
-	// upstream removed the victims from it.
-	before  map[string][]*v1.Pod
+	// before is the snapshot's nodes as they were before upstream removed
+	// the victims (its mutations work on clones).
+	before  []fwk.NodeInfo
 	pins    map[types.UID]*shared.Pin
 	planned bool
 }
@@ -383,39 +391,38 @@ func (pl *GPUPreemption) newGroupPlan(t *gpu.Tracker, members []*v1.Pod) *groupP
 			g.saved[m.UID] = savedHold{node: n, choice: c}
 		}
 	}
-	if nis, err := pl.handle.SnapshotSharedLister().NodeInfos().List(); err == nil {
-		g.before = make(map[string][]*v1.Pod, len(nis))
-		for _, ni := range nis {
-			if ni.Node() != nil && len(ni.GetPods()) > 0 {
-				g.before[ni.Node().Name] = shared.PodsOf(ni)
-			}
-		}
-	}
+	g.before, _ = pl.handle.SnapshotSharedLister().NodeInfos().List()
 	return g
 }
 
-func (g *groupPlan) restore(t *gpu.Tracker) {
-	for _, m := range g.members {
-		if h, ok := g.saved[m.UID]; ok {
-			t.Nominate(m.UID, h.node, h.choice)
+// restore puts back what was held for one member (all when m is nil).
+func (g *groupPlan) restore(t *gpu.Tracker, m *v1.Pod) {
+	for _, p := range g.members {
+		if m != nil && p.UID != m.UID {
+			continue
+		}
+		if h, ok := g.saved[p.UID]; ok {
+			t.Nominate(p.UID, h.node, h.choice)
 		} else {
-			t.Denominate(m.UID)
+			t.Denominate(p.UID)
 		}
 	}
 }
 
 // pinGroup plans, pod by pod in the group's order, the devices each pod's
 // victims free on the node upstream placed it, as the single-pod path
-// plans them (gpu.Tracker.PlanEviction), with the victims already planned
-// for earlier pods gone and the devices planned for them held; and pins
-// each pod's cycle state to its devices. A pod without a plan (no GPU, or
-// none found) keeps upstream's order.
+// plans them (gpu.Tracker.PlanEviction): with the victims planned for
+// earlier pods gone (a victim group that is evicted whole, on every node),
+// the budgets they break spent, and the devices planned for earlier pods
+// held; and pins each pod's cycle state to its devices, once all are
+// planned and checked.
 func (pl *GPUPreemption) pinGroup(ctx context.Context, t *gpu.Tracker, g *groupPlan, as []fwk.ProposedAssignment) {
 	g.planned = true
 	g.pins = map[types.UID]*shared.Pin{}
 	for _, m := range g.members {
 		t.Denominate(m.UID)
 	}
+	logger := klog.FromContext(ctx)
 	lister := pl.handle.SnapshotSharedLister()
 	pgs := lister.PodGroups()
 	var pdbs []*policy.PodDisruptionBudget
@@ -426,26 +433,23 @@ func (pl *GPUPreemption) pinGroup(ctx context.Context, t *gpu.Tracker, g *groupP
 	for i, b := range pdbs {
 		allowed[i] = b.Status.DisruptionsAllowed
 	}
-	var groupSize map[string]int // pods of each victim group, cluster-wide
-	sizeOf := func(p *v1.Pod) int {
-		if p.Spec.SchedulingGroup == nil || p.Spec.SchedulingGroup.PodGroupName == nil {
-			return 1
-		}
-		if groupSize == nil {
-			groupSize = map[string]int{}
-			for _, pods := range g.before {
-				for _, q := range pods {
-					if sg := q.Spec.SchedulingGroup; sg != nil && sg.PodGroupName != nil {
-						groupSize[q.Namespace+"/"+*sg.PodGroupName]++
-					}
-				}
+	before := map[string]fwk.NodeInfo{}
+	for _, a := range as {
+		before[a.GetNodeName()] = nil
+	}
+	for _, ni := range g.before {
+		if n := ni.Node(); n != nil {
+			if _, want := before[n.Name]; want {
+				before[n.Name] = ni
 			}
 		}
-		return max(groupSize[p.Namespace+"/"+*p.Spec.SchedulingGroup.PodGroupName], 1)
 	}
-	evicted := map[string]map[types.UID]bool{} // planned victims by node
-	placed := map[string][]*v1.Pod{}           // the group's pods planned on each node
-	logger := klog.FromContext(ctx)
+	units := victimUnits{pgs: pgs, nodes: g.before}
+	gone := map[types.UID]bool{}          // the victims planned so far
+	placed := map[string][]*v1.Pod{}      // the group's pods planned on each node
+	pinned := map[types.UID]*shared.Pin{} // by pod, until all are checked
+	states := map[types.UID]fwk.CycleState{}
+	unplanned := ""
 	for _, a := range as {
 		node, m, cs := a.GetNodeName(), a.GetPod(), a.GetCycleState()
 		if node == "" || cs == nil {
@@ -456,42 +460,53 @@ func (pl *GPUPreemption) pinGroup(ctx context.Context, t *gpu.Tracker, g *groupP
 			continue
 		}
 		ni, err := lister.NodeInfos().Get(node)
-		if err != nil || ni.Node() == nil {
-			continue
+		orig := before[node]
+		if err != nil || ni.Node() == nil || orig == nil {
+			unplanned = m.Name
+			break
 		}
-		prio := preemption.GetPodPriority(m, pgs, nil)
-		// The node's pods as they were, less the victims planned for
-		// earlier pods, plus the group's pods planned here and the other
-		// nominees as important (their devices are theirs).
+		// The pod's own priority: the scheduler's filters count the
+		// nominees at least as important as the pod, not its group.
+		prio := corev1helpers.PodPriority(m)
 		now := make(map[types.UID]bool, len(ni.GetPods()))
 		for _, pi := range ni.GetPods() {
 			now[pi.GetPod().UID] = true
 		}
-		gone := evicted[node]
 		candidates := map[types.UID]gpu.Victim{}
 		var in []*v1.Pod
-		for _, p := range g.before[node] {
+		seen := map[types.UID]bool{}
+		for _, pi := range orig.GetPods() {
+			p := pi.GetPod()
 			if gone[p.UID] || g.member[p.UID] {
 				continue
 			}
 			in = append(in, p)
+			seen[p.UID] = true
 			if !now[p.UID] {
 				// Upstream removed it: a victim.
-				candidates[p.UID] = gpu.Victim{Priority: preemption.GetPodPriority(p, pgs, nil), Pods: sizeOf(p), Budgets: budgetsOf(p, pdbs)}
+				candidates[p.UID] = gpu.Victim{Priority: preemption.GetPodPriority(p, pgs, nil), Pods: units.size(p), Budgets: budgetsOf(p, pdbs)}
 			}
+		}
+		// The group's pods planned here hold their devices (their records);
+		// the nominees the filters add (any, the group's own with a
+		// nomination from before among them) hold what the accounting
+		// gives them.
+		for _, p := range placed[node] {
+			in = append(in, p)
+			seen[p.UID] = true
 		}
 		var taken uint64
 		for _, np := range pl.handle.NominatedPodsForNode(node) {
 			o := np.GetPod()
-			if g.member[o.UID] || o.Spec.NodeName != "" || corev1helpers.PodPriority(o) < prio {
+			if o.UID == m.UID || seen[o.UID] || o.Spec.NodeName != "" || corev1helpers.PodPriority(o) < prio {
 				continue
 			}
-			if c, held := t.Nominated(o.UID, node); held || o.Status.NominatedNodeName == node {
-				in = append(in, o)
+			in = append(in, o)
+			seen[o.UID] = true
+			if c, held := t.Nominated(o.UID, node); held {
 				taken |= c.Mask
 			}
 		}
-		in = append(in, placed[node]...)
 		e, planned := t.PlanEviction(ni.Node(), in, req, candidates, allowed)
 		victims := map[types.UID]bool{}
 		if planned {
@@ -507,29 +522,150 @@ func (pl *GPUPreemption) pinGroup(ctx context.Context, t *gpu.Tracker, g *groupP
 		}
 		choice, ok := t.FreedFor(ni.Node(), rest, req, t.HeldBy(ni.Node(), in, victims), taken)
 		if !ok {
-			logger.V(4).Info("no GPU plan for the pod group's pod: upstream's order", "pod", klog.KObj(m), "node", node)
-			continue
-		}
-		if gone == nil {
-			gone = map[types.UID]bool{}
-			evicted[node] = gone
+			unplanned = m.Name
+			break
 		}
 		for uid := range victims {
-			gone[uid] = true
+			v := candidates[uid]
+			for _, b := range v.Budgets {
+				allowed[b]--
+			}
+			for _, u := range units.of(uid, orig) {
+				gone[u] = true
+			}
 		}
 		// Held while the rest of the group is planned: later pods on the
 		// node plan around it.
 		t.Nominate(m.UID, node, choice)
-		placed[node] = append(placed[node], m)
-		pin := &shared.Pin{Node: node, Choice: choice}
-		if err := shared.WritePin(cs, pin); err != nil {
-			continue
+		if m.Spec.NodeName != "" {
+			c := *m
+			c.Spec.NodeName = ""
+			m = &c
 		}
-		g.pins[m.UID] = pin
+		placed[node] = append(placed[node], m)
+		pinned[m.UID] = &shared.Pin{Node: node, Choice: choice}
+		states[m.UID] = cs
 		why := "no GPU eviction needed"
 		if planned {
 			why = e.Why
 		}
 		logger.V(4).Info("pod group preemption: GPUs planned", "pod", klog.KObj(m), "node", node, "devices", choice.Devices(), "milli", choice.Milli, "plan", why)
 	}
+	if unplanned != "" {
+		logger.V(4).Info("pod group preemption: no GPU plan for one of its pods, upstream's order for all", "pod", unplanned)
+		for _, m := range g.members {
+			t.Denominate(m.UID)
+		}
+		return
+	}
+	for uid, p := range pinned {
+		_ = shared.WritePin(states[uid], p)
+	}
+	if !pl.pinsPass(ctx, as) {
+		logger.V(4).Info("pod group preemption: the planned devices do not pass the filters, upstream's order for all")
+		for uid := range pinned {
+			_ = shared.WritePin(states[uid], nil)
+			t.Denominate(uid)
+		}
+		return
+	}
+	g.pins = pinned
+}
+
+// pinsPass runs the group's pods through their filters and reservations, in
+// order, as upstream's reprieve does, on the snapshot without any victim:
+// a pin that fails there would fail for every victim, and upstream would
+// then evict them all.
+func (pl *GPUPreemption) pinsPass(ctx context.Context, as []fwk.ProposedAssignment) bool {
+	lister := pl.handle.MutableSnapshotSharedLister()
+	logger := klog.FromContext(ctx)
+	var undo []func()
+	defer func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}()
+	for _, a := range as {
+		node, pod, cs := a.GetNodeName(), a.GetPod(), a.GetCycleState()
+		if node == "" || cs == nil {
+			continue
+		}
+		ni, err := lister.NodeInfos().Get(node)
+		if err != nil {
+			return false
+		}
+		if s := pl.handle.RunFilterPluginsWithNominatedPods(ctx, cs, pod, ni); !s.IsSuccess() {
+			logger.V(4).Info("pod group preemption: a pinned pod does not pass", "pod", klog.KObj(pod), "node", node, "status", s)
+			return false
+		}
+		if err := lister.AddPod(a.GetPodInfo(), node); err != nil {
+			return false
+		}
+		s := pl.handle.RunReservePluginsReserve(ctx, cs, pod, node)
+		undo = append(undo, func() {
+			pl.handle.RunReservePluginsUnreserve(ctx, cs, pod, node)
+			_ = lister.RemovePod(logger, pod, node)
+		})
+		if !s.IsSuccess() {
+			return false
+		}
+	}
+	return true
+}
+
+// victimUnits are the victims as upstream evicts them: a pod alone, or the
+// pods of a pod group whose disruption mode is All, together, on every
+// node.
+type victimUnits struct {
+	pgs   fwk.PodGroupLister
+	nodes []fwk.NodeInfo
+	all   map[string][]types.UID // the pods of each All group, cluster-wide
+}
+
+// group is the pod's All group ("" when it is evicted alone).
+func (u *victimUnits) group(p *v1.Pod) string {
+	sg := p.Spec.SchedulingGroup
+	if sg == nil || sg.PodGroupName == nil || u.pgs == nil {
+		return ""
+	}
+	pg, err := u.pgs.Get(p.Namespace, *sg.PodGroupName)
+	if err != nil || pg == nil || pg.Spec.DisruptionMode == nil || pg.Spec.DisruptionMode.All == nil {
+		return ""
+	}
+	return p.Namespace + "/" + *sg.PodGroupName
+}
+
+func (u *victimUnits) members(key string) []types.UID {
+	if u.all == nil {
+		u.all = map[string][]types.UID{}
+		for _, ni := range u.nodes {
+			for _, pi := range ni.GetPods() {
+				if k := u.group(pi.GetPod()); k != "" {
+					u.all[k] = append(u.all[k], pi.GetPod().UID)
+				}
+			}
+		}
+	}
+	return u.all[key]
+}
+
+// size is how many pods evicting p takes.
+func (u *victimUnits) size(p *v1.Pod) int {
+	if k := u.group(p); k != "" {
+		return max(len(u.members(k)), 1)
+	}
+	return 1
+}
+
+// of is the pods evicted with the victim uid (on node orig).
+func (u *victimUnits) of(uid types.UID, orig fwk.NodeInfo) []types.UID {
+	for _, pi := range orig.GetPods() {
+		if p := pi.GetPod(); p.UID == uid {
+			if k := u.group(p); k != "" {
+				return u.members(k)
+			}
+			break
+		}
+	}
+	return []types.UID{uid}
 }
