@@ -23,7 +23,8 @@ PKGS := ./...
 export CGO_ENABLED := 0
 UNIT_PKGS = $$($(GO) list ./... | grep -vE '/test/(e2e|integration|bench)')
 
-.PHONY: all build binaries run test unit integration e2e e2e-kind image lint dist bench bench-requeue bench-openb bench-dynamic bench-throughput bench-churn fuzz manifests clean help
+K8S_PHONY := k8s-binaries k8s-e2e-binaries e2e-versions
+.PHONY: $(K8S_PHONY) all build binaries run test unit integration e2e e2e-kind image lint dist bench bench-requeue bench-openb bench-dynamic bench-throughput bench-churn fuzz manifests clean help
 
 all: build
 
@@ -68,6 +69,33 @@ $(BIN)/kind: hack/tools/kind/go.mod hack/tools/kind/go.sum
 	cd hack/tools/kind && $(GO) build -o $@ sigs.k8s.io/kind
 $(BIN)/crictl: hack/tools/kind/go.mod hack/tools/kind/go.sum
 	cd hack/tools/kind && $(GO) build -o $@ sigs.k8s.io/cri-tools/cmd/crictl
+# The other supported minors (hack/k8s-minors): their control plane and etcd
+# from hack/tools/k8s-<minor>, in bin/k8s-<minor>. K8S picks the minor of the
+# local control plane for make run and make e2e (the newest by default).
+K8S_NEWEST := $(lastword $(shell awk '!/^\#/ && NF {print $$1}' hack/k8s-minors))
+K8S ?= $(K8S_NEWEST)
+ifeq ($(K8S),$(K8S_NEWEST))
+K8S_BIN := $(BIN)
+else
+K8S_BIN := $(BIN)/k8s-$(K8S)
+endif
+k8s_version = $$($(GO) list -m -f '{{.Version}}' k8s.io/kubernetes)
+k8s_ldflags = -X k8s.io/component-base/version.gitVersion=$(call k8s_version,$(1)) \
+	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(1)))
+$(BIN)/k8s-%/etcd: hack/tools/k8s-%/go.mod hack/tools/k8s-%/go.sum
+	cd hack/tools/k8s-$* && $(GO) build -o $@ go.etcd.io/etcd/server/v3
+$(BIN)/k8s-%/kube-apiserver: hack/tools/k8s-%/go.mod hack/tools/k8s-%/go.sum
+	cd hack/tools/k8s-$* && $(GO) build -ldflags "$(call k8s_ldflags,$*)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+$(BIN)/k8s-%/kube-scheduler: hack/tools/k8s-%/go.mod hack/tools/k8s-%/go.sum
+	cd hack/tools/k8s-$* && $(GO) build -ldflags "$(call k8s_ldflags,$*)" -o $@ k8s.io/kubernetes/cmd/kube-scheduler
+$(BIN)/k8s-%/kube-controller-manager: hack/tools/k8s-%/go.mod hack/tools/k8s-%/go.sum
+	cd hack/tools/k8s-$* && $(GO) build -ldflags "$(call k8s_ldflags,$*)" -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
+.PRECIOUS: $(BIN)/k8s-%/etcd $(BIN)/k8s-%/kube-apiserver $(BIN)/k8s-%/kube-scheduler $(BIN)/k8s-%/kube-controller-manager
+# The control plane of K8S: etcd and kube-apiserver; the vanilla scheduler
+# and the Job controller for the e2e suite.
+k8s-binaries: $(K8S_BIN)/etcd $(K8S_BIN)/kube-apiserver
+k8s-e2e-binaries: k8s-binaries $(K8S_BIN)/kube-scheduler $(K8S_BIN)/kube-controller-manager
+
 # Kueue's controller and CRDs, from its module in a module of its own (the
 # e2e suite's queue tests run it with the Job controller).
 $(BIN)/kueue: hack/tools/kueue/go.mod hack/tools/kueue/go.sum
@@ -93,8 +121,8 @@ binaries: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-scheduler $(BIN)/gpu-sch
 
 # The main job: a local control plane with a GPU fleet (or $$KUBECONFIG's
 # cluster), gpu-scheduler beside it, the examples, and a placement table.
-run: binaries $(BIN)/gpu-run
-	$(BIN)/gpu-run --bin $(BIN) $(RUN_ARGS)
+run: binaries k8s-binaries $(BIN)/gpu-run
+	$(BIN)/gpu-run --bin $(BIN) --k8s-bin $(K8S_BIN) $(RUN_ARGS)
 
 # The files made from the canonical ones: configmap.yaml, the chart's
 # files/, and deployment.yaml rendered from the chart.
@@ -163,8 +191,13 @@ test: lint unit integration
 
 # The built binary against the local control plane, beside the vanilla
 # kube-scheduler. E2E_KUBECONFIG=<file> runs it against a deployed cluster.
-e2e: binaries $(BIN)/kueue $(BIN)/kube-controller-manager
-	$(GO) test -count=1 -timeout 30m -v ./test/e2e/ 2>&1 | grep -vE '^[IWE][0-9]{4} ' ; exit $${PIPESTATUS[0]}
+e2e: binaries k8s-e2e-binaries $(BIN)/kueue
+	GPU_SCHEDULER_K8S_BIN=$(K8S_BIN) $(GO) test -count=1 -timeout 30m -v ./test/e2e/ 2>&1 | grep -vE '^[IWE][0-9]{4} ' ; exit $${PIPESTATUS[0]}
+
+# The suite on the local control plane of each supported minor, and a matrix
+# of every test by minor (hack/e2e-versions.sh; MINORS, RUN narrow it).
+e2e-versions:
+	hack/e2e-versions.sh
 
 # The suite on kind: real kubelets and device plugins, our image, the chart
 # (hack/e2e-kind.sh; needs dockerd and debootstrap).

@@ -40,13 +40,17 @@ import (
 
 func main() {
 	bin := flag.String("bin", "bin", "directory with gpu-scheduler, etcd and kube-apiserver")
+	kubeBin := flag.String("k8s-bin", "", "directory with the local control plane's etcd and kube-apiserver (default: -bin; make run K8S=1.35 gives bin/k8s-1.35)")
 	keep := flag.Bool("keep", false, "keep everything running until Ctrl-C (prints the kubeconfig)")
 	namespace := flag.String("namespace", "gpu-demo", "namespace for the example pods")
 	timeout := flag.Duration("timeout", 2*time.Minute, "how long to wait for the examples to settle")
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	if err := run(ctx, *bin, *namespace, *keep, *timeout); err != nil {
+	if *kubeBin == "" {
+		kubeBin = bin
+	}
+	if err := run(ctx, *bin, *kubeBin, *namespace, *keep, *timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "gpu-run:", err)
 		os.Exit(1)
 	}
@@ -56,8 +60,9 @@ func step(format string, args ...any) {
 	fmt.Printf("==> "+format+"\n", args...)
 }
 
-func run(ctx context.Context, bin, namespace string, keep bool, timeout time.Duration) error {
+func run(ctx context.Context, bin, kubeBin, namespace string, keep bool, timeout time.Duration) error {
 	bin, _ = filepath.Abs(bin)
+	kubeBin, _ = filepath.Abs(kubeBin)
 	var cfg *rest.Config
 	var schedKubeconfig, dir string
 	if kc := os.Getenv("KUBECONFIG"); kc != "" {
@@ -72,9 +77,9 @@ func run(ctx context.Context, bin, namespace string, keep bool, timeout time.Dur
 		}
 		defer os.RemoveAll(dir)
 	} else {
-		step("starting a local control plane (etcd, kube-apiserver v1.37.2) on 127.0.0.1")
+		step("starting a local control plane (etcd, kube-apiserver from %s) on 127.0.0.1", kubeBin)
 		start := time.Now()
-		cp, err := localcp.Start(ctx, localcp.Options{BinDir: bin})
+		cp, err := localcp.Start(ctx, localcp.Options{BinDir: kubeBin})
 		if err != nil {
 			return err
 		}

@@ -65,6 +65,8 @@ type ControlPlane struct {
 
 	// EtcdURL is etcd's client URL.
 	EtcdURL string
+	// Minor is kube-apiserver's minor version (37 for v1.37.2).
+	Minor int
 
 	tokens  map[string]string
 	procs   []*Proc
@@ -100,6 +102,9 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		if _, err := os.Stat(filepath.Join(opts.BinDir, b)); err != nil {
 			return cp, fmt.Errorf("%s not found in %s (make binaries builds it): %w", b, opts.BinDir, err)
 		}
+	}
+	if cp.Minor, err = binaryMinor(filepath.Join(opts.BinDir, "kube-apiserver")); err != nil {
+		return cp, err
 	}
 	ports, err := FreePorts(3)
 	if err != nil {
@@ -163,10 +168,12 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		"--allow-privileged",
 		// Loopback only: no endpoints for the kubernetes Service.
 		"--endpoint-reconciler-type", "none",
+	}
+	if cp.Minor >= 37 {
 		// The Workload API (PodGroup, for gangs; beta in v1.37, off by
 		// default): a scheduler with GenericWorkload on needs it served.
-		"--feature-gates", "GenericWorkload=true",
-		"--runtime-config", "scheduling.k8s.io/v1beta1=true",
+		// Older minors have no scheduling.k8s.io/v1beta1.
+		args = append(args, "--feature-gates", "GenericWorkload=true", "--runtime-config", "scheduling.k8s.io/v1beta1=true")
 	}
 	args = append(args, opts.APIServerArgs...)
 	cp.EtcdURL, cp.apiBin, cp.apiArgs = etcdURL, filepath.Join(opts.BinDir, "kube-apiserver"), args
@@ -189,6 +196,24 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		return cp, err
 	}
 	return cp, nil
+}
+
+// binaryMinor is the minor version a Kubernetes binary reports
+// ("Kubernetes v1.35.4").
+func binaryMinor(bin string) (int, error) {
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return 0, fmt.Errorf("%s --version: %w", bin, err)
+	}
+	var major, minor int
+	f := strings.Fields(string(out))
+	if len(f) < 2 {
+		return 0, fmt.Errorf("%s --version: %q", bin, out)
+	}
+	if _, err := fmt.Sscanf(strings.TrimPrefix(f[len(f)-1], "v"), "%d.%d", &major, &minor); err != nil || major != 1 {
+		return 0, fmt.Errorf("%s --version: %q is no Kubernetes version (built without its version stamped?)", bin, out)
+	}
+	return minor, nil
 }
 
 func (cp *ControlPlane) waitReady(ctx context.Context, api *Proc) error {

@@ -2,6 +2,10 @@
 package plugins
 
 import (
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
@@ -36,3 +40,17 @@ func Options() []app.Option {
 // leader election: it leads from the start (its metrics and reasons are
 // published before any pod is scheduled).
 func SetNoLeaderElection() { shared.SetNoLeaderElection() }
+
+var featureDisabled = metrics.NewGaugeVec(&metrics.GaugeOpts{
+	Subsystem: "gpu_scheduler", Name: "feature_disabled", StabilityLevel: metrics.ALPHA,
+	Help: "1 for a feature gate gpu-scheduler turned off at startup because the API server cannot serve it (reason: why).",
+}, []string{"feature", "reason"})
+
+var featureOnce sync.Once
+
+// FeatureDisabled records a feature gate turned off at startup because the
+// API server cannot serve it.
+func FeatureDisabled(feature, reason string) {
+	featureOnce.Do(func() { legacyregistry.MustRegister(featureDisabled) })
+	featureDisabled.WithLabelValues(feature, reason).Set(1)
+}

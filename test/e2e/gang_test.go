@@ -25,6 +25,7 @@ func gangScheduler(t *testing.T) (*localcp.Scheduler, string) {
 	if !cluster.Local() {
 		t.Skip("needs the local control plane (a deployed cluster would need the gates on its own kube-apiserver)")
 	}
+	needGangs(t)
 	profile := "gpu-scheduler-gang"
 	sched, err := harness.StartProfile(context.Background(), cluster, filepath.Join(harness.BinDir(), "gpu-scheduler"), profile, nil,
 		harness.AccountingOnlySharing, "--feature-gates=GenericWorkload=true")
@@ -38,6 +39,15 @@ func gangScheduler(t *testing.T) (*localcp.Scheduler, string) {
 		sched.Stop(5 * time.Second)
 	})
 	return sched, profile
+}
+
+// needGangs skips a test of gangs before Kubernetes 1.37: the PodGroup API
+// (scheduling.k8s.io/v1beta1) that GenericWorkload needs is new there.
+func needGangs(t *testing.T) {
+	t.Helper()
+	if m := cluster.Minor(); m != 0 && m < 37 {
+		t.Skipf("gangs need Kubernetes 1.37 (the PodGroup API, scheduling.k8s.io/v1beta1); the API server is 1.%d", m)
+	}
 }
 
 func gang(t *testing.T, s *harness.Scope, name string, minCount int32) {
@@ -243,6 +253,7 @@ func TestGangMemberFailureReleasesWaitingMembers(t *testing.T) {
 	if !cluster.Local() {
 		t.Skip("needs the faultinject build as a local process")
 	}
+	needGangs(t)
 	profile := "gpu-scheduler-gang-fault"
 	proc, err := harness.StartProfile(context.Background(), cluster, filepath.Join(harness.BinDir(), "gpu-scheduler-faultinject"), profile,
 		[]string{"GPU_SCHEDULER_FAULT_FAIL_RESERVE=-1"}, harness.AccountingOnlySharing, "--feature-gates=GenericWorkload=true")

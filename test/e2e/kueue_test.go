@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/test/harness"
 )
 
@@ -22,29 +23,13 @@ const queueLabel = "kueue.x-k8s.io/queue-name"
 
 // Kueue admits Jobs against a ClusterQueue's GPU quota, and gpu-scheduler
 // places the pods of the Jobs it admits: a Job over quota waits suspended
-// (no pod exists), a Job under quota binds, and a gang that Kueue admits
-// binds all or nothing where the node, not the quota, is short.
+// (no pod exists) until quota frees, a Job under quota binds.
 func TestKueueAdmitsGPUJobs(t *testing.T) {
-	if !cluster.Local() {
-		t.Skip("Kueue runs against the local control plane only")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("Kueue v0.17 reads its metrics certificate from a fixed path under /etc: needs root")
-	}
-	_, sched := gangScheduler(t)
-	kq, err := harness.StartKueue(context.Background(), cluster)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(kq.Tail(40))
-		}
-		kq.Stop()
-	})
+	kq := startKueue(t)
 	s := cluster.NewScope(t)
 	s.AddNodes(fleet.Node{Name: "n", CPU: "64", Memory: "256Gi", GPUs: 6, Model: "NVIDIA-A100-SXM4-80GB", MemoryMiB: 81920})
 	queue(t, s, kq, 4)
+	sched := gpu.SchedulerName
 
 	// a: 2 pods x 2 GPUs, the whole quota: admitted, bound.
 	job(t, s, sched, "a", 2, 2, "")
@@ -64,10 +49,19 @@ func TestKueueAdmitsGPUJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitJobBound(t, s, "b", 1)
+	checkDevices(t)
+}
 
-	// A pod outside the queue takes 3 GPUs: 2 are left on the node while the
-	// quota has 3. The gang g (3 pods x 1 GPU, minCount 3) is admitted and
-	// binds no pod; once the node has room, all three.
+// A gang that Kueue admits (its quota covers the whole Job) binds all or
+// nothing where the node, not the quota, is short: a pod outside the queue
+// takes 3 of the node's 5 GPUs, the gang g (3 pods x 1 GPU, minCount 3)
+// binds no pod; once the node has room, all three.
+func TestKueueAdmitsGangs(t *testing.T) {
+	_, sched := gangScheduler(t)
+	kq := startKueue(t)
+	s := cluster.NewScope(t)
+	s.AddNodes(fleet.Node{Name: "n", CPU: "64", Memory: "256Gi", GPUs: 5, Model: "NVIDIA-A100-SXM4-80GB", MemoryMiB: 81920})
+	queue(t, s, kq, 4)
 	s.Create(s.Pod(harness.PodSpec{Name: "blocker", GPUs: 3, Scheduler: sched}))
 	s.WaitBound(bindTimeout, "blocker")
 	gang(t, s, "g", 3)
@@ -88,6 +82,28 @@ func TestKueueAdmitsGPUJobs(t *testing.T) {
 	s.Delete("blocker")
 	waitJobBound(t, s, "g", 3)
 	checkDevices(t)
+}
+
+// startKueue runs Kueue's controller and the Job controller for the test.
+func startKueue(t *testing.T) *harness.Kueue {
+	t.Helper()
+	if !cluster.Local() {
+		t.Skip("Kueue runs against the local control plane only")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("Kueue v0.17 reads its metrics certificate from a fixed path under /etc: needs root")
+	}
+	kq, err := harness.StartKueue(context.Background(), cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(kq.Tail(40))
+		}
+		kq.Stop()
+	})
+	return kq
 }
 
 // queue makes a ResourceFlavor, a ClusterQueue for the scope's namespace

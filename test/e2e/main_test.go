@@ -72,7 +72,7 @@ func run(m *testing.M) int {
 		kc, err := cluster.CP.WriteKubeconfig(localcp.UserKubeScheduler, filepath.Join(cluster.Dir, "kube-scheduler.kubeconfig"))
 		if err == nil {
 			vanilla, err = localcp.StartScheduler(ctx, localcp.SchedulerOptions{
-				Name: "kube-scheduler", Binary: filepath.Join(harness.BinDir(), "kube-scheduler"),
+				Name: "kube-scheduler", Binary: filepath.Join(harness.KubeBinDir(), "kube-scheduler"),
 				Config: []byte(vanillaConfig), Kubeconfig: kc, Dir: cluster.Dir,
 			})
 		}

@@ -51,6 +51,25 @@ func BinDir() string {
 	return filepath.Join(RepoRoot(), "bin")
 }
 
+// KubeBinDir holds the local control plane's etcd and kube-apiserver, and
+// the vanilla kube-scheduler and kube-controller-manager of the same minor
+// (make e2e K8S=1.35 sets GPU_SCHEDULER_K8S_BIN): BinDir for the newest.
+func KubeBinDir() string {
+	if d := os.Getenv("GPU_SCHEDULER_K8S_BIN"); d != "" {
+		return d
+	}
+	return BinDir()
+}
+
+// Minor is the local control plane's Kubernetes minor (0 for a cluster
+// given by kubeconfig).
+func (c *Cluster) Minor() int {
+	if c.CP == nil {
+		return 0
+	}
+	return c.CP.Minor
+}
+
 // Cluster is what the tests run against.
 type Cluster struct {
 	Client kubernetes.Interface
@@ -86,7 +105,7 @@ func Setup(ctx context.Context, kubeconfig string) (*Cluster, error) {
 			return nil, err
 		}
 	} else {
-		cp, err := localcp.Start(ctx, localcp.Options{BinDir: BinDir()})
+		cp, err := localcp.Start(ctx, localcp.Options{BinDir: KubeBinDir()})
 		if err != nil {
 			cancel()
 			return nil, err

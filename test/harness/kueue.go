@@ -55,10 +55,10 @@ func StartKueue(ctx context.Context, c *Cluster) (k *Kueue, err error) {
 	if !c.Local() {
 		return nil, errors.New("Kueue runs against the local control plane only")
 	}
-	bin := BinDir()
-	for _, b := range []string{"kueue", "kube-controller-manager"} {
-		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
-			return nil, fmt.Errorf("%s not found in %s (make e2e builds it): %w", b, bin, err)
+	bin, kube := BinDir(), KubeBinDir()
+	for _, b := range []string{filepath.Join(bin, "kueue"), filepath.Join(kube, "kube-controller-manager")} {
+		if _, err := os.Stat(b); err != nil {
+			return nil, fmt.Errorf("%s not found (make e2e builds it): %w", b, err)
 		}
 	}
 	k = &Kueue{}
@@ -112,7 +112,7 @@ integrations:
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return k, err
 	}
-	kcm, err := localcp.StartProc(ctx, "kube-controller-manager", filepath.Join(bin, "kube-controller-manager"), []string{
+	kcm, err := localcp.StartProc(ctx, "kube-controller-manager", filepath.Join(kube, "kube-controller-manager"), []string{
 		"--kubeconfig", c.Kubeconfig, "--controllers", "job-controller,garbage-collector-controller",
 		"--leader-elect=false", "--secure-port=0", "--v=1",
 	}, filepath.Join(dir, "kube-controller-manager.log"))
