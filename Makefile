@@ -90,7 +90,17 @@ $(BIN)/k8s-%/kube-scheduler: hack/tools/k8s-%/go.mod hack/tools/k8s-%/go.sum
 	cd hack/tools/k8s-$* && $(GO) build -ldflags "$(call k8s_ldflags,$*)" -o $@ k8s.io/kubernetes/cmd/kube-scheduler
 $(BIN)/k8s-%/kube-controller-manager: hack/tools/k8s-%/go.mod hack/tools/k8s-%/go.sum
 	cd hack/tools/k8s-$* && $(GO) build -ldflags "$(call k8s_ldflags,$*)" -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
-.PRECIOUS: $(BIN)/k8s-%/etcd $(BIN)/k8s-%/kube-apiserver $(BIN)/k8s-%/kube-scheduler $(BIN)/k8s-%/kube-controller-manager
+# A kind node of the minor (make e2e-kind K8S=1.35).
+$(BIN)/k8s-%/kubelet: hack/tools/k8s-%/go.mod hack/tools/k8s-%/go.sum
+	cd hack/tools/k8s-$* && $(GO) build -ldflags "$(call k8s_ldflags,$*)" -o $@ k8s.io/kubernetes/cmd/kubelet
+$(BIN)/k8s-%/kubeadm: hack/tools/k8s-%/go.mod hack/tools/k8s-%/go.sum
+	cd hack/tools/k8s-$* && $(GO) build -ldflags "$(call k8s_ldflags,$*)" -o $@ k8s.io/kubernetes/cmd/kubeadm
+$(BIN)/k8s-%/kubectl: hack/tools/k8s-%/go.mod hack/tools/k8s-%/go.sum
+	cd hack/tools/k8s-$* && $(GO) build -ldflags "$(call k8s_ldflags,$*)" -o $@ k8s.io/kubernetes/cmd/kubectl
+$(BIN)/k8s-%/kube-proxy: hack/tools/k8s-%/go.mod hack/tools/k8s-%/go.sum
+	cd hack/tools/k8s-$* && $(GO) build -ldflags "$(call k8s_ldflags,$*)" -o $@ k8s.io/kubernetes/cmd/kube-proxy
+.PRECIOUS: $(BIN)/k8s-%/etcd $(BIN)/k8s-%/kube-apiserver $(BIN)/k8s-%/kube-scheduler $(BIN)/k8s-%/kube-controller-manager \
+	$(BIN)/k8s-%/kubelet $(BIN)/k8s-%/kubeadm $(BIN)/k8s-%/kubectl $(BIN)/k8s-%/kube-proxy
 # The control plane of K8S: etcd and kube-apiserver; the vanilla scheduler
 # and the Job controller for the e2e suite.
 k8s-binaries: $(K8S_BIN)/etcd $(K8S_BIN)/kube-apiserver
@@ -202,7 +212,7 @@ e2e-versions:
 # The suite on kind: real kubelets and device plugins, our image, the chart
 # (hack/e2e-kind.sh; needs dockerd and debootstrap).
 e2e-kind:
-	hack/e2e-kind.sh
+	K8S=$(K8S) hack/e2e-kind.sh
 
 # The image, tagged with VERSION as manifests/deployment.yaml expects: the
 # static binary built here, FROM scratch, non-root (hack/image/Dockerfile).

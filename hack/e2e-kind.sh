@@ -43,7 +43,7 @@ KUBECTL=$ROOT/bin/kubectl
 HELM=$ROOT/bin/helm
 export KUBECONFIG=$OUT/kubeconfig
 
-phase "building images"
+phase "building images (Kubernetes ${K8S:-the newest minor})"
 hack/kind/images.sh all
 NODE_IMAGE=$(cat bin/kind-node-image)
 

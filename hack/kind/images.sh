@@ -27,7 +27,15 @@ trap cleanup EXIT
 tmpdir() { mktemp -d -p "$WORK"; }
 ROOT=$PWD
 BIN=$ROOT/bin
-KUBE_VERSION=v1.37.2
+# K8S picks the node image's Kubernetes minor (hack/k8s-minors; the newest,
+# the main module's, by default): its kubelet, kubeadm, kubectl and control
+# plane come from bin/k8s-<minor> (hack/tools/k8s-<minor>).
+NEWEST=$(awk '!/^#/ && NF {m=$1} END {print m}' hack/k8s-minors)
+K8S=${K8S:-$NEWEST}
+KUBE_VERSION=$(awk -v m="$K8S" '!/^#/ && $1 == m {print $2}' hack/k8s-minors)
+[ -n "$KUBE_VERSION" ] || { echo "images: K8S=$K8S is not a minor of hack/k8s-minors" >&2; exit 1; }
+KBIN=$BIN
+[ "$K8S" = "$NEWEST" ] || KBIN=$BIN/k8s-$K8S
 VERSION=$(cat VERSION)
 KIND_MOD=sigs.k8s.io/kind@v0.33.0
 export DOCKER_BUILDKIT=0 # the classic builder: FROM scratch or a local image, never a pull
@@ -85,28 +93,34 @@ rootfs() {
   echo "$tag"
 }
 
-# The control plane's images, tagged as kubeadm asks for them.
+# The control plane's images, tagged as this minor's kubeadm asks for them.
 component_images() {
-  local rootfs=$1 dir
-  static_image registry.k8s.io/kube-apiserver:$KUBE_VERSION "$BIN/kube-apiserver"
-  static_image registry.k8s.io/kube-controller-manager:$KUBE_VERSION "$BIN/kube-controller-manager"
-  static_image registry.k8s.io/kube-scheduler:$KUBE_VERSION "$BIN/kube-scheduler"
-  static_image registry.k8s.io/etcd:3.7.0-0 "$BIN/etcd"
-  static_image registry.k8s.io/pause:3.10.2 "$BIN/images/pause"
-  docker tag registry.k8s.io/pause:3.10.2 registry.k8s.io/pause:3.10 # kind's containerd sandbox image
-  # kube-proxy programs iptables: it runs on the node's own Debian.
-  dir=$(tmpdir)
-  cp "$BIN/kube-proxy" "$dir/"
-  printf 'FROM %s\nCOPY kube-proxy /usr/local/bin/kube-proxy\n' "$rootfs" > "$dir/Dockerfile"
-  docker build -q -t registry.k8s.io/kube-proxy:$KUBE_VERSION "$dir" >/dev/null 2>&1 ||
-    docker build -t registry.k8s.io/kube-proxy:$KUBE_VERSION "$dir"
-  log "built registry.k8s.io/kube-proxy:$KUBE_VERSION"
+  local rootfs=$1 dir i name
+  for i in $("$KBIN/kubeadm" config images list --kubernetes-version "$KUBE_VERSION" | grep -v coredns); do
+    name=$(basename "${i%%:*}")
+    case $name in
+      kube-apiserver|kube-controller-manager|kube-scheduler|etcd) static_image "$i" "$KBIN/$name" ;;
+      pause)
+        static_image "$i" "$BIN/images/pause"
+        docker tag "$i" registry.k8s.io/pause:3.10 # kind's containerd sandbox image
+        ;;
+      kube-proxy)
+        # kube-proxy programs iptables: it runs on the node's own Debian.
+        dir=$(tmpdir)
+        cp "$KBIN/kube-proxy" "$dir/"
+        printf 'FROM %s\nCOPY kube-proxy /usr/local/bin/kube-proxy\n' "$rootfs" > "$dir/Dockerfile"
+        docker build -q -t "$i" "$dir" >/dev/null 2>&1 || docker build -t "$i" "$dir"
+        log "built $i"
+        ;;
+      *) echo "images: kubeadm wants $i, which this script does not build" >&2; exit 1 ;;
+    esac
+  done
 }
 
 node() {
   local rootfs key tag ctx kind_src cid images
-  make -s "$BIN/kubelet" "$BIN/kubeadm" "$BIN/kubectl" "$BIN/kube-apiserver" "$BIN/kube-controller-manager" \
-    "$BIN/kube-scheduler" "$BIN/kube-proxy" "$BIN/etcd" "$BIN/crictl" "$BIN/images/pause"
+  make -s "$KBIN/kubelet" "$KBIN/kubeadm" "$KBIN/kubectl" "$KBIN/kube-apiserver" "$KBIN/kube-controller-manager" \
+    "$KBIN/kube-scheduler" "$KBIN/kube-proxy" "$KBIN/etcd" "$BIN/crictl" "$BIN/images/pause"
   rootfs=$(rootfs)
   kind_src=$(cd hack/tools/kind && go list -m -f '{{.Dir}}' sigs.k8s.io/kind)
   # The root file system by its image ID: one rebuilt (another day's
@@ -114,7 +128,7 @@ node() {
   key=$( {
     echo "$(docker image inspect -f '{{.Id}}' "$rootfs") $KUBE_VERSION $KIND_MOD"
     cat hack/kind/node/Dockerfile hack/kind/node/entrypoint hack/kind/images.sh
-    sha256sum "$BIN"/{kubelet,kubeadm,kubectl,crictl,kube-apiserver,kube-controller-manager,kube-scheduler,kube-proxy,etcd,images/pause} | cut -d' ' -f1
+    sha256sum "$KBIN"/{kubelet,kubeadm,kubectl,kube-apiserver,kube-controller-manager,kube-scheduler,kube-proxy,etcd} "$BIN"/{crictl,images/pause} | cut -d' ' -f1
   } | sha256sum | cut -c1-16)
   tag=gpu-scheduler-kind/node:$KUBE_VERSION-$key
   if docker image inspect "$tag" >/dev/null 2>&1; then
@@ -127,7 +141,7 @@ node() {
   cp -r "$kind_src/images/base/files" "$ctx/base"
   chmod -R u+w "$ctx/base"
   cp hack/kind/node/entrypoint "$ctx/"
-  cp "$BIN"/{kubelet,kubeadm,kubectl,crictl} "$ctx/bin/"
+  cp "$KBIN"/{kubelet,kubeadm,kubectl} "$BIN/crictl" "$ctx/bin/"
   docker build -q -t "$tag-build" --build-arg ROOTFS="$rootfs" --build-arg KUBE_VERSION=$KUBE_VERSION \
     -f hack/kind/node/Dockerfile "$ctx" >/dev/null 2>&1 ||
     docker build -t "$tag-build" --build-arg ROOTFS="$rootfs" --build-arg KUBE_VERSION=$KUBE_VERSION -f hack/kind/node/Dockerfile "$ctx"

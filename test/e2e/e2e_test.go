@@ -343,6 +343,17 @@ func settle(t *testing.T, s *harness.Scope, names []string, timeout time.Duratio
 		return len(open) == 0, nil
 	})
 	if err != nil {
+		// What the API server has of each: whether it exists, its
+		// conditions and nomination, for the scheduler's log.
+		for _, n := range open {
+			p, err := cluster.Client.CoreV1().Pods(s.NS).Get(context.Background(), n, metav1.GetOptions{})
+			if err != nil {
+				t.Logf("%s: %v", n, err)
+				continue
+			}
+			t.Logf("%s: uid %s, created %s, rv %s, scheduler %s, nominated %q, conditions %v", n, p.UID, p.CreationTimestamp.Format(time.RFC3339Nano),
+				p.ResourceVersion, p.Spec.SchedulerName, p.Status.NominatedNodeName, p.Status.Conditions)
+		}
 		t.Fatalf("pods neither bound nor explained: %v", open)
 	}
 }

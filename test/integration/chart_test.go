@@ -20,6 +20,7 @@ import (
 	ourconfig "github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/kubeapply"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/offline"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/version"
 	"github.com/gpu-scheduler/gpu-scheduler/test/harness"
 )
 
@@ -504,4 +505,21 @@ func toStrings(v interface{}) []string {
 		}
 	}
 	return out
+}
+
+// The chart installs on every supported minor and refuses the others
+// (its kubeVersion; TestSupportedMinorsAgree keeps it in step with the
+// supported minors).
+func TestHelmChartKubeVersions(t *testing.T) {
+	for _, m := range version.SupportedMinors {
+		if out, err := helm(t, "template", "gpu-scheduler", chart, "--namespace", "kube-system", "--kube-version", fmt.Sprintf("1.%d.0", m)); err != nil {
+			t.Errorf("1.%d: %v\n%s", m, err, out)
+		}
+	}
+	for _, m := range []int{version.SupportedMinors[0] - 1, version.SupportedMinors[len(version.SupportedMinors)-1] + 1} {
+		out, err := helm(t, "template", "gpu-scheduler", chart, "--namespace", "kube-system", "--kube-version", fmt.Sprintf("1.%d.0", m))
+		if err == nil || !strings.Contains(out, "kubeVersion") {
+			t.Errorf("1.%d: rendered (%v), want the chart's kubeVersion refusal:\n%.300s", m, err, out)
+		}
+	}
 }
