@@ -72,8 +72,12 @@ $(BIN)/crictl: hack/tools/kind/go.mod hack/tools/kind/go.sum
 # The other supported minors (hack/k8s-minors): their control plane and etcd
 # from hack/tools/k8s-<minor>, in bin/k8s-<minor>. K8S picks the minor of the
 # local control plane for make run and make e2e (the newest by default).
-K8S_NEWEST := $(lastword $(shell awk '!/^\#/ && NF {print $$1}' hack/k8s-minors))
+K8S_MINORS := $(shell awk '!/^\#/ && NF {print $$1}' hack/k8s-minors)
+K8S_NEWEST := $(lastword $(K8S_MINORS))
 K8S ?= $(K8S_NEWEST)
+ifeq ($(filter $(K8S),$(K8S_MINORS)),)
+$(error K8S=$(K8S) is not a supported minor: $(K8S_MINORS) (hack/k8s-minors))
+endif
 ifeq ($(K8S),$(K8S_NEWEST))
 K8S_BIN := $(BIN)
 else

@@ -6,10 +6,12 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apiversion "k8s.io/apimachinery/pkg/version"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/clientcmd"
@@ -53,7 +55,9 @@ KubeSchedulerConfiguration with --config; see manifests/ and docs/api.md.`, vers
 		if !leaderElects(c) {
 			plugins.SetNoLeaderElection()
 		}
-		checkServer(c)
+		if err := checkServer(c); err != nil {
+			return err
+		}
 		return run(c, args)
 	}
 	os.Exit(cli.Run(cmd))
@@ -76,81 +80,132 @@ func leaderElects(c *cobra.Command) bool {
 
 // checkServer reads the API server's version and the optional APIs it
 // serves, before the scheduler starts: an unsupported version is logged as
-// an error naming the supported ones (the scheduler still starts), and
-// GenericWorkload, when on, is turned off where the PodGroup API is not
-// served (Kubernetes before 1.37), or the scheduler would wait for it
-// forever. Nothing is decided when the server cannot be reached: the
-// scheduler reports that itself.
-func checkServer(c *cobra.Command) {
-	master, kubeconfig := flagValue(c, "master"), flagValue(c, "kubeconfig")
-	if kubeconfig == "" {
-		if f := flagValue(c, "config"); f != "" {
-			if cfg, err := offline.LoadConfigFile(f); err == nil {
-				kubeconfig = cfg.ClientConnection.Kubeconfig
-			}
-		}
+// an error naming the supported ones (the scheduler still starts), and a
+// feature gate whose API is not served is turned off (with the gates that
+// depend on it), or the scheduler would wait for its informer forever. It
+// retries for a minute while the server cannot answer, then fails: carrying
+// on undecided could leave the scheduler waiting, alive and never ready.
+func checkServer(c *cobra.Command) error {
+	if flagValue(c, "version") != "" && flagValue(c, "version") != "false" {
+		return nil // kube-scheduler prints its version and exits
 	}
-	rc, err := clientcmd.BuildConfigFromFlags(master, kubeconfig)
+	rc, err := clientcmd.BuildConfigFromFlags(flagValue(c, "master"), schedulerKubeconfig(c))
 	if err != nil {
-		return
+		return nil // the scheduler reports it
 	}
 	rc.Timeout = 10 * time.Second
 	dc, err := discovery.NewDiscoveryClientForConfig(rc)
 	if err != nil {
-		return
+		return nil
 	}
-	info, err := dc.ServerVersion()
-	if err != nil {
-		klog.Warningf("could not read the API server's version (%v): gpu-scheduler supports Kubernetes %s", err, version.Supported())
-		return
+	var info *apiversion.Info
+	var off []optionalAPI
+	deadline := time.Now().Add(time.Minute)
+	for wait := time.Second; ; wait = min(2*wait, 8*time.Second) {
+		if info, err = dc.ServerVersion(); err == nil {
+			if off, err = gatesToTurnOff(dc, utilfeature.DefaultFeatureGate.Enabled); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("reading the API server's version and APIs: %w (gpu-scheduler must know them before it starts; it supports Kubernetes %s)", err, version.Supported())
+		}
+		klog.Warningf("reading the API server's version and APIs (retrying): %v", err)
+		time.Sleep(wait)
 	}
 	if err := version.CheckServer(info.Major, info.Minor); err != nil {
 		klog.ErrorS(nil, "unsupported Kubernetes version", "apiServer", info.GitVersion, "supported", version.Supported(), "detail", err.Error())
 	} else {
 		klog.InfoS("API server version supported", "apiServer", info.GitVersion, "supported", version.Supported())
 	}
-	for _, o := range optionalAPIs {
-		if !utilfeature.DefaultFeatureGate.Enabled(o.gate) || serves(dc, o.groupVersion, o.resource) {
-			continue
+	for _, o := range off {
+		m := map[string]bool{string(o.gate): false}
+		for _, d := range o.dependents {
+			if utilfeature.DefaultFeatureGate.Enabled(d) {
+				m[string(d)] = false
+			}
 		}
-		if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(map[string]bool{string(o.gate): false}); err != nil {
-			klog.ErrorS(err, "the API server does not serve an API a feature gate needs, and the gate cannot be turned off", "featureGate", o.gate, "api", o.groupVersion+"/"+o.resource)
-			continue
+		if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(m); err != nil {
+			return fmt.Errorf("the API server (%s) does not serve %s/%s, which feature gate %s needs, and the gate cannot be turned off: %w", info.GitVersion, o.groupVersion, o.resource, o.gate, err)
 		}
 		plugins.FeatureDisabled(string(o.gate), o.reason)
-		klog.ErrorS(nil, "feature gate turned off: the API server does not serve the API it needs", "featureGate", o.gate,
+		klog.ErrorS(nil, "feature gate turned off: the API server does not serve the API it needs", "featureGates", m,
 			"api", o.groupVersion+"/"+o.resource, "apiServer", info.GitVersion, "effect", o.effect)
 	}
+	return nil
 }
 
-// optionalAPIs are the APIs newer than Kubernetes 1.35 that the scheduler
-// watches when a feature gate is on: with the gate on and the API not
-// served, its informer never syncs and the scheduler never starts.
-var optionalAPIs = []struct {
+// schedulerKubeconfig is the kubeconfig the scheduler will use: with
+// --config, the file's clientConnection.kubeconfig (kube-scheduler then
+// ignores --kubeconfig), else --kubeconfig (empty: in-cluster).
+func schedulerKubeconfig(c *cobra.Command) string {
+	if f := flagValue(c, "config"); f != "" {
+		if cfg, err := offline.LoadConfigFile(f); err == nil {
+			return cfg.ClientConnection.Kubeconfig
+		}
+		return ""
+	}
+	return flagValue(c, "kubeconfig")
+}
+
+// optionalAPI is an API newer than the oldest supported minor that the
+// scheduler watches when a feature gate is on: with the gate on and the API
+// not served, its informer never syncs and the scheduler never starts.
+type optionalAPI struct {
 	gate                   featuregate.Feature
 	groupVersion, resource string
-	reason, effect         string
-}{
-	{features.GenericWorkload, "scheduling.k8s.io/v1beta1", "podgroups", "PodGroupAPINotServed",
-		"gangs are scheduled pod by pod (the PodGroup API is Kubernetes 1.37's, with GenericWorkload on)"},
-	{features.DRADeviceTaintRules, "resource.k8s.io/v1", "devicetaintrules", "DeviceTaintRuleAPINotServed",
-		"DeviceTaintRules are not read (resource.k8s.io/v1 serves them from Kubernetes 1.37); taints in ResourceSlices still count"},
+	// dependents are the gates that need gate: off with it.
+	dependents     []featuregate.Feature
+	reason, effect string
+}
+
+var optionalAPIs = []optionalAPI{
+	{features.GenericWorkload, "scheduling.k8s.io/v1beta1", "podgroups",
+		[]featuregate.Feature{features.CompositePodGroup, features.DRAWorkloadResourceClaims, features.PodGroupPreemptionPolicy,
+			features.TopologyAwareWorkloadScheduling, features.WorkloadWithJob},
+		"PodGroupAPINotServed", "gangs are scheduled pod by pod (the PodGroup API is Kubernetes 1.37's, with GenericWorkload on)"},
+	{features.CompositePodGroup, "scheduling.k8s.io/v1alpha3", "compositepodgroups", nil,
+		"CompositePodGroupAPINotServed", "composite pod groups are not read"},
+	{features.DRADeviceTaintRules, "resource.k8s.io/v1", "devicetaintrules", nil,
+		"DeviceTaintRuleAPINotServed", "DeviceTaintRules are not read (resource.k8s.io/v1 serves them from Kubernetes 1.37); taints in ResourceSlices still count"},
+}
+
+// gatesToTurnOff lists the optional APIs whose gate is on and whose API the
+// server does not serve. An error other than "not found" is returned:
+// nothing is decided from a server that did not answer.
+func gatesToTurnOff(dc discovery.DiscoveryInterface, enabled func(featuregate.Feature) bool) ([]optionalAPI, error) {
+	var off []optionalAPI
+	for _, o := range optionalAPIs {
+		if !enabled(o.gate) || slices.ContainsFunc(off, func(p optionalAPI) bool { return slices.Contains(p.dependents, o.gate) }) {
+			continue
+		}
+		ok, err := serves(dc, o.groupVersion, o.resource)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			off = append(off, o)
+		}
+	}
+	return off, nil
 }
 
 // serves reports whether the API server serves a resource in a group
-// version (an error other than "not found" counts as served: the scheduler
-// then reports it).
-func serves(dc discovery.DiscoveryInterface, groupVersion, resource string) bool {
+// version.
+func serves(dc discovery.DiscoveryInterface, groupVersion, resource string) (bool, error) {
 	l, err := dc.ServerResourcesForGroupVersion(groupVersion)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
 	if err != nil {
-		return !apierrors.IsNotFound(err)
+		return false, err
 	}
 	for _, r := range l.APIResources {
 		if r.Name == resource {
-			return true
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
 }
 
 func flagValue(c *cobra.Command, name string) string {

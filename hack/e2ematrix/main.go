@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -34,13 +35,21 @@ func main() {
 	var minors []string
 	results := map[string]map[string]result{} // test -> minor -> result
 	failed := false
+	var aborted, failures []string
 	for _, path := range os.Args[1:] {
 		minor := strings.TrimSuffix(filepath.Base(path), ".json")
 		minors = append(minors, minor)
-		res, err := read(path)
+		res, fails, ended, err := read(path)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "e2ematrix:", err)
 			os.Exit(1)
+		}
+		if !ended {
+			aborted = append(aborted, minor)
+			failed = true
+		}
+		for test, l := range fails {
+			failures = append(failures, fmt.Sprintf("%s at %s:\n    %s", test, minor, strings.Join(l, "\n    ")))
 		}
 		for test, r := range res {
 			if results[test] == nil {
@@ -80,43 +89,96 @@ func main() {
 		c := counts[m]
 		fmt.Printf("%s: %d pass, %d fail, %d skip\n", m, c["pass"], c["FAIL"], c["skip"])
 	}
+	for _, m := range aborted {
+		fmt.Printf("%s: the suite did not end (crashed or timed out): its unfinished test counts as FAIL\n", m)
+	}
+	slices.Sort(failures)
+	for _, f := range failures {
+		fmt.Printf("\nFAIL %s\n", f)
+	}
 	if failed {
 		os.Exit(1)
 	}
 }
 
-// read returns each top-level test's result in one go test -json stream.
-func read(path string) (map[string]result, error) {
+// klogLine is a log line of a process the test started (I1202 12:00:00...).
+var klogLine = regexp.MustCompile(`^[IWEF][0-9]{4} `)
+
+// read returns each top-level test's result in one go test -json stream,
+// the output tail of each that failed, and whether the suite ended
+// normally. A test that started and never ended (the binary crashed or
+// timed out) failed.
+func read(path string) (map[string]result, map[string][]string, bool, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, false, err
 	}
 	defer f.Close()
 	out := map[string]result{}
-	last := map[string]string{} // the test's last line of its own output
+	lines := map[string][]string{} // the test's own output, klog lines left out
+	ended := false
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
 		var e event
-		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Test == "" || strings.Contains(e.Test, "/") {
+		if json.Unmarshal(sc.Bytes(), &e) != nil {
 			continue
 		}
-		switch e.Action {
-		case "output":
-			line := strings.TrimSpace(e.Output)
-			// A t.Skip or t.Log line reads "file_test.go:NN: message".
-			if i := strings.Index(line, ".go:"); i > 0 && !strings.HasPrefix(line, "---") {
-				if j := strings.Index(line[i+4:], ": "); j >= 0 {
-					last[e.Test] = line[i+4+j+2:]
-				}
+		if e.Test == "" {
+			if e.Action == "pass" || e.Action == "fail" {
+				ended = true
 			}
-		case "pass":
-			out[e.Test] = result{state: "pass"}
-		case "fail":
-			out[e.Test] = result{state: "FAIL"}
-		case "skip":
-			out[e.Test] = result{state: "skip", reason: strings.ReplaceAll(last[e.Test], "|", "/")}
+			continue
+		}
+		test := e.Test
+		if i := strings.Index(test, "/"); i >= 0 {
+			test = test[:i] // a subtest's lines and skips belong to its test
+		}
+		switch e.Action {
+		case "run":
+			if test == e.Test {
+				out[test] = result{state: "FAIL", reason: "did not finish: the suite crashed or timed out"}
+			}
+		case "output":
+			if line := strings.TrimSpace(e.Output); line != "" && !klogLine.MatchString(line) {
+				lines[test] = append(lines[test], line)
+			}
+		case "pass", "fail", "skip":
+			if test != e.Test {
+				continue
+			}
+			switch e.Action {
+			case "pass":
+				out[test] = result{state: "pass"}
+			case "fail":
+				out[test] = result{state: "FAIL"}
+			case "skip":
+				out[test] = result{state: "skip", reason: strings.ReplaceAll(skipReason(lines[test]), "|", "/")}
+			}
 		}
 	}
-	return out, sc.Err()
+	fails := map[string][]string{}
+	for t, r := range out {
+		if r.state == "FAIL" {
+			l := lines[t]
+			fails[t] = l[max(0, len(l)-15):]
+		}
+	}
+	return out, fails, ended, sc.Err()
+}
+
+// skipReason is the message of the last "file_test.go:NN: message" line.
+func skipReason(lines []string) string {
+	for i := len(lines) - 1; i >= 0; i-- {
+		line := lines[i]
+		if strings.HasPrefix(line, "---") || strings.HasPrefix(line, "===") {
+			continue
+		}
+		if i := strings.Index(line, "_test.go:"); i > 0 {
+			if j := strings.Index(line[i:], ": "); j >= 0 {
+				return line[i+j+2:]
+			}
+		}
+	}
+	return ""
 }

@@ -84,6 +84,17 @@ func TestSupportedMinorsAgree(t *testing.T) {
 		if got := requires(mod, "go.etcd.io/etcd/server/v3"); got != m.etcd {
 			t.Errorf("%s: etcd %s, hack/k8s-minors says %s", gomod, got, m.etcd)
 		}
+		if i < len(listed)-1 {
+			// Everything the Makefile's k8s-% rules build (make e2e, make
+			// e2e-kind K8S=<minor>) is a tool of the module.
+			for _, cmd := range []string{"go.etcd.io/etcd/server/v3", "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-scheduler",
+				"k8s.io/kubernetes/cmd/kube-controller-manager", "k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes/cmd/kubeadm",
+				"k8s.io/kubernetes/cmd/kubectl", "k8s.io/kubernetes/cmd/kube-proxy"} {
+				if !strings.Contains(mod, "\t"+cmd+"\n") {
+					t.Errorf("%s: %s is not a tool", gomod, cmd)
+				}
+			}
+		}
 		if row := fmt.Sprintf("| %s | %s, etcd %s |", m.minor, m.release, m.etcd); !strings.Contains(read("README.md"), row) {
 			t.Errorf("README.md has no matrix row %q", row)
 		}

@@ -391,13 +391,18 @@ func TestControlPlaneFailure(t *testing.T) {
 		return names
 	}
 
+	// A pod the scheduler found unschedulable while the API server was down
+	// may have lost the status patch that explains it; upstream writes it
+	// again at the pod's next attempt, at the latest when the unschedulable
+	// pods are flushed back to the queue (5 minutes): hence the 6 minutes.
+	const outage = 6 * time.Minute
 	names := burst("restart", 90, func() {
 		t.Log("restarting kube-apiserver")
 		if err := cluster.CP.RestartAPIServer(s.Ctx, 2*time.Second, nil); err != nil {
 			t.Fatal(err)
 		}
 	})
-	settle(t, s, names, 3*time.Minute)
+	settle(t, s, names, outage)
 	checkDevices(t)
 
 	names = append(names, burst("compact", 60, func() {
@@ -411,7 +416,7 @@ func TestControlPlaneFailure(t *testing.T) {
 			t.Fatal(err)
 		}
 	})...)
-	settle(t, s, names, 3*time.Minute)
+	settle(t, s, names, outage)
 	use := checkDevices(t)
 
 	if sched.Exited() || sched.Pid() != pid {

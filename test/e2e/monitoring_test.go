@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -112,5 +113,36 @@ func TestLeadsWithoutLeaderElection(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("an idle gpu-scheduler without leader election does not lead (%q) or publishes no GPU capacity", last)
+	}
+}
+
+// The scheduler turns off the feature gates whose APIs the API server does
+// not serve (DRADeviceTaintRules before 1.37: resource.k8s.io/v1
+// devicetaintrules), says so in its log, and exports it; on 1.37 it turns
+// off nothing.
+func TestFeatureGatesFollowTheAPIServer(t *testing.T) {
+	if procs == nil {
+		t.Skip("process mode only")
+	}
+	s := cluster.NewScope(t)
+	leader, err := procs.WaitLeader(s.Ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sample = `gpu_scheduler_feature_disabled{feature="DRADeviceTaintRules",reason="DeviceTaintRuleAPINotServed"}`
+	v, ok := leader.Metric(s.Ctx, sample)
+	log, err := os.ReadFile(leader.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logged := strings.Contains(string(log), "feature gate turned off: the API server does not serve the API it needs")
+	if cluster.Minor() < 37 {
+		if !ok || v != "1" || !logged {
+			t.Errorf("on 1.%d: %s = %q (exported %v), logged %v; want 1, and the log line", cluster.Minor(), sample, v, ok, logged)
+		}
+		return
+	}
+	if ok || logged {
+		t.Errorf("on 1.%d a gate was turned off: %s = %q, logged %v", cluster.Minor(), sample, v, logged)
 	}
 }
