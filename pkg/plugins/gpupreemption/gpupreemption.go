@@ -484,8 +484,17 @@ func (pl *GPUPreemption) pinGroup(ctx context.Context, t *gpu.Tracker, g *groupP
 			seen[p.UID] = true
 			if !now[p.UID] {
 				// Upstream removed it: a victim.
+				if units.composite(p) {
+					// Upstream costs and evicts it with its composite
+					// group, which the plan does not model.
+					unplanned = m.Name
+					break
+				}
 				candidates[p.UID] = gpu.Victim{Priority: preemption.GetPodPriority(p, pgs, nil), Pods: units.size(p), Budgets: budgetsOf(p, pdbs)}
 			}
+		}
+		if unplanned != "" {
+			break
 		}
 		// The group's pods planned here hold their devices (their records);
 		// the nominees the filters add (any, the group's own with a
@@ -501,11 +510,20 @@ func (pl *GPUPreemption) pinGroup(ctx context.Context, t *gpu.Tracker, g *groupP
 			if o.UID == m.UID || seen[o.UID] || o.Spec.NodeName != "" || corev1helpers.PodPriority(o) < prio {
 				continue
 			}
+			c, held := t.Nominated(o.UID, node)
+			if !held && gpu.UsesGPU(o, t.RequestOptions()) {
+				// A nominee without devices of its own is laid down where
+				// it fits as victims come back: it could land on a pinned
+				// device and make upstream evict a victim the plan spares.
+				unplanned = m.Name
+				break
+			}
 			in = append(in, o)
 			seen[o.UID] = true
-			if c, held := t.Nominated(o.UID, node); held {
-				taken |= c.Mask
-			}
+			taken |= c.Mask
+		}
+		if unplanned != "" {
+			break
 		}
 		e, planned := t.PlanEviction(ni.Node(), in, req, candidates, allowed)
 		victims := map[types.UID]bool{}
@@ -555,6 +573,9 @@ func (pl *GPUPreemption) pinGroup(ctx context.Context, t *gpu.Tracker, g *groupP
 		logger.V(4).Info("pod group preemption: no GPU plan for one of its pods, upstream's order for all", "pod", unplanned)
 		for _, m := range g.members {
 			t.Denominate(m.UID)
+		}
+		for uid := range pinned {
+			t.Denominate(uid)
 		}
 		return
 	}
@@ -633,6 +654,16 @@ func (u *victimUnits) group(p *v1.Pod) string {
 		return ""
 	}
 	return p.Namespace + "/" + *sg.PodGroupName
+}
+
+// composite reports whether p's pod group belongs to a composite pod group.
+func (u *victimUnits) composite(p *v1.Pod) bool {
+	sg := p.Spec.SchedulingGroup
+	if sg == nil || sg.PodGroupName == nil || u.pgs == nil {
+		return false
+	}
+	pg, err := u.pgs.Get(p.Namespace, *sg.PodGroupName)
+	return err == nil && pg != nil && pg.Spec.ParentCompositePodGroupName != nil
 }
 
 func (u *victimUnits) members(key string) []types.UID {
