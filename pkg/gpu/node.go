@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -276,9 +277,14 @@ func (o Outcome) Unresolvable() bool {
 // the pods bound to it and the scheduler's in-flight reservations. It is
 // immutable once built; CPUFree is carried for fragmentation.
 type NodeState struct {
-	Name string
-	Inventory
-	Free    [MaxDevices]int32
+	// What a CPU-only pod's score reads comes first, in one cache line: at
+	// thousands of nodes, each line of a state read per node is a miss.
+	key stateKey
+	// stale: the tracker no longer serves this state (slot.store, bump).
+	stale atomic.Bool
+	// idle and gpuNode are Idle() and whether the node counts as a GPU
+	// node, kept by seal once the state is final (sealed).
+	idle    int64
 	CPUFree int64
 	// MemFree is the memory left, in MiB.
 	MemFree int64
@@ -290,12 +296,17 @@ type NodeState struct {
 	// devices have: another binder placed a pod we counted no room for, the
 	// allocatable shrank under running pods, or assignments collide.
 	Overcommitted bool
+	sealed        bool
+	gpuNode       bool
+
+	Name string
+	Inventory
+	Free [MaxDevices]int32
 
 	// agent holds what each device holds per dimension, on a node whose
 	// agent enforces shares (nil otherwise).
 	agent *agentState
 
-	key  stateKey
 	frag fragSlot
 	// base is what Build computed the state from (nil for Compute's).
 	base *buildBase
@@ -338,11 +349,32 @@ func nodePrio(name string) uint16 {
 
 // Idle is the total milli-GPU left on the node.
 func (s *NodeState) Idle() int64 {
+	if s.sealed {
+		return s.idle
+	}
 	var l int64
 	for i := int32(0); i < s.Count; i++ {
 		l += int64(s.Free[i])
 	}
 	return l
+}
+
+// seal keeps what Idle and IsGPUNode compute, beside the key: a cached
+// state never changes (the tracker hands it to every goroutine), and a
+// change starts from an unsealed Clone.
+func (s *NodeState) seal() {
+	s.sealed = false
+	s.idle, s.gpuNode = s.Idle(), s.Count > 0 || s.TooMany()
+	s.sealed = true
+}
+
+// IsGPUNode reports whether the node has GPUs, or reports more than can be
+// counted (TooMany): either way, not a node for CPU-only pods first.
+func (s *NodeState) IsGPUNode() bool {
+	if s.sealed {
+		return s.gpuNode
+	}
+	return s.Count > 0 || s.TooMany()
 }
 
 // FullyFree counts the devices nobody uses.
@@ -360,6 +392,7 @@ func (s *NodeState) FullyFree() int32 {
 // overcommitted; the device then has nothing left, whatever the order of the
 // takes (the result depends on the sum only).
 func (s *NodeState) take(idx int, milli int32) {
+	s.sealed = false
 	if idx < 0 || idx >= int(s.Count) {
 		s.Overcommitted = true
 		return
@@ -395,6 +428,7 @@ func (s *NodeState) takeShare(i int, sh DeviceShare) {
 }
 
 func (s *NodeState) takeUse(i int, mem int64, cores, slots int32) {
+	s.sealed = false
 	if s.agent.take(i, mem, cores, slots) {
 		s.Overcommitted = true
 	}

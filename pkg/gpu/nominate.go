@@ -41,7 +41,9 @@ func (t *Tracker) Denominate(uid types.UID) {
 // state computed before.
 func (t *Tracker) touch(node string) {
 	if s := t.slot(node, false); s != nil {
-		s.version.Add(1)
+		s.mu.Lock()
+		s.bump()
+		s.mu.Unlock()
 	}
 }
 

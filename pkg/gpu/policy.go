@@ -367,7 +367,7 @@ func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, sh *De
 // instead cost 4.5 and 9.4 points of allocation on the openb default and
 // cpu250 replays).
 func (sc Scoring) cpuOnlyScore(p Policy, s *NodeState, r *Request, wl *Workload) int64 {
-	if score, ok := sc.cpuOnlyQuick(p, s.Count > 0 || s.TooMany(), sc.prio(s), s.CPUFree, s.MemFree, r, wl); ok {
+	if score, ok := sc.cpuOnlyQuick(p, s.IsGPUNode(), sc.prio(s), s.CPUFree, s.MemFree, r, wl); ok {
 		return score
 	}
 	idle := s.Idle()

@@ -44,6 +44,98 @@ type Tracker struct {
 	pendingAt map[types.UID]string
 	// nominated: pod UID to nomination (nominate.go).
 	nominated sync.Map
+	// fast leads from a caller's key for a node to its slot (LookupAt).
+	fast   atomic.Pointer[fastSlots]
+	nslots atomic.Int64
+}
+
+// fastSlots is a direct-mapped table in front of the map by name. At
+// thousands of nodes, reading that map (hashing the name, comparing it, then
+// the slot) misses the CPU's caches several times per node, and the
+// scheduler asks once or twice per node per pod; an entry leads to the
+// state itself. The key is the address of the caller's view of the node
+// (the scheduler snapshot's NodeInfo, which keeps one address for the
+// node's life), held as a number: it keeps nothing alive. No entry is
+// trusted: it only leads to a state whose generation is the caller's (a
+// generation belongs to one content of one node) and that is not stale
+// (the slot's cached state, with no change of the node's holds since:
+// slot.store and slot.bump mark it), so an entry that is old, reused or
+// torn between two writers is a miss, never a wrong state.
+type fastSlots struct {
+	mask uint64
+	e    []fastEntry
+}
+
+type fastEntry struct {
+	key atomic.Uintptr
+	st  atomic.Pointer[NodeState]
+}
+
+// at is the key's entry: its low bits, not a hash, so that the nodes a
+// scheduling cycle walks in a row (their NodeInfos allocated in a row) read
+// neighbouring entries, which the CPU prefetches; a hash scatters them, one
+// miss each.
+func (f *fastSlots) at(key uintptr) *fastEntry {
+	return &f.e[uint64(key)&f.mask]
+}
+
+// growFast sizes the table to at least 4 entries per node; a new table
+// starts empty and fills on the next misses.
+func (t *Tracker) growFast() {
+	n := t.nslots.Add(1)
+	if f := t.fast.Load(); f != nil && int64(len(f.e)) >= 2*n {
+		return
+	}
+	size := int64(1024)
+	for size < 4*n {
+		size *= 2
+	}
+	t.fast.Store(&fastSlots{mask: uint64(size - 1), e: make([]fastEntry, size)})
+}
+
+// LookupAt is Lookup through the caller's key for the node (fastSlots): nil
+// when the key leads to no state current for generation. The caller then
+// looks the node up by name and tells the key (Remember).
+func (t *Tracker) LookupAt(key uintptr, generation int64) *NodeState {
+	f := t.fast.Load()
+	if f == nil || key == 0 || generation == 0 {
+		return nil
+	}
+	e := f.at(key)
+	if e.key.Load() != key {
+		return nil
+	}
+	st := e.st.Load()
+	if st == nil || st.key.generation != generation || st.stale.Load() {
+		return nil
+	}
+	if st.key.until != 0 && time.Now().UnixNano() > st.key.until {
+		return nil
+	}
+	return st
+}
+
+// Remember leads key to the node's cached state.
+func (t *Tracker) Remember(key uintptr, node string) {
+	f := t.fast.Load()
+	if f == nil || key == 0 {
+		return
+	}
+	s := t.slot(node, false)
+	if s == nil {
+		return
+	}
+	st := s.cached.Load()
+	if st == nil {
+		return
+	}
+	e := f.at(key)
+	if e.st.Load() != st {
+		e.st.Store(st)
+	}
+	if e.key.Load() != key {
+		e.key.Store(key)
+	}
 }
 
 type slot struct {
@@ -111,7 +203,7 @@ func (t *Tracker) SetPending(pod *v1.Pod, node string, until time.Time) {
 		if s := t.slot(prev, false); s != nil {
 			s.mu.Lock()
 			delete(s.pending, pod.UID)
-			s.version.Add(1)
+			s.bump()
 			s.mu.Unlock()
 		}
 	}
@@ -133,7 +225,7 @@ func (t *Tracker) SetPending(pod *v1.Pod, node string, until time.Time) {
 		s.pending = map[types.UID]pendingPod{}
 	}
 	s.pending[pod.UID] = pendingPod{pod: pod, until: until}
-	s.version.Add(1)
+	s.bump()
 }
 
 // PendingOn returns the version of a pod counted as another scheduler's
@@ -226,6 +318,7 @@ func (t *Tracker) slot(node string, create bool) *slot {
 	}
 	s := t.added[node]
 	if s == nil && create {
+		t.growFast()
 		s = &slot{reservations: map[types.UID]Reservation{}}
 		if t.added == nil {
 			t.added = map[string]*slot{}
@@ -255,10 +348,42 @@ func (t *Tracker) slot(node string, create bool) *slot {
 // Lookup returns the cached state of a node if it is still current for the
 // given generation of the node's scheduler view, else nil.
 func (t *Tracker) Lookup(node string, generation int64) *NodeState {
+	lookupStats.Add(1)
 	s := t.slot(node, false)
 	if s == nil {
 		return nil
 	}
+	return s.current(generation)
+}
+
+// lookupStats counts the lookups by name.
+var lookupStats atomic.Uint64
+
+// Lookups is how many lookups by name ran since the process started: the
+// per-node cost guard counts them (none on a warm cache).
+func Lookups() uint64 { return lookupStats.Load() }
+
+// store caches st (s.mu held). The state it replaces is marked stale: only
+// a slot's cached state can be served through fastSlots, until a bump.
+func (s *slot) store(st *NodeState) {
+	if old := s.cached.Load(); old != nil && old != st {
+		old.stale.Store(true)
+	}
+	s.cached.Store(st)
+}
+
+// bump records a change of the node's reservations, nominations or other
+// schedulers' in-flight pods (s.mu held): no state computed before is
+// current.
+func (s *slot) bump() {
+	s.version.Add(1)
+	if st := s.cached.Load(); st != nil {
+		st.stale.Store(true)
+	}
+}
+
+// current is the slot's cached state if it is current for generation.
+func (s *slot) current(generation int64) *NodeState {
 	st := s.cached.Load()
 	if st == nil || st.key.generation != generation || st.key.version != s.version.Load() {
 		return nil
@@ -328,11 +453,12 @@ func (t *Tracker) Build(node *v1.Node, generation int64, pods []*v1.Pod, cpuFree
 		buildStats.computed.Add(1)
 	}
 	st.base = b
+	st.seal()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st.key.version == s.version.Load() {
 		st.key.generation = generation
-		s.cached.Store(st)
+		s.store(st)
 	}
 	return st
 }
@@ -693,7 +819,7 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 			// The pod is gone, or bound elsewhere: the reservation is stale.
 			// States cached with it are stale too.
 			delete(s.reservations, uid)
-			s.version.Add(1)
+			s.bump()
 			done = append(done, uid)
 			continue
 		}
@@ -778,7 +904,7 @@ func (t *Tracker) Reserve(node string, uid types.UID, r Reservation) uint64 {
 	s := t.slot(node, true)
 	s.mu.Lock()
 	s.reservations[uid] = r
-	s.version.Add(1)
+	s.bump()
 	s.mu.Unlock()
 	return r.Seq
 }
@@ -822,7 +948,7 @@ func (t *Tracker) UnreserveIf(uid types.UID, seq uint64) bool {
 	cur, ok := s.reservations[uid]
 	if ok && cur.Seq == seq {
 		delete(s.reservations, uid)
-		s.version.Add(1)
+		s.bump()
 	}
 	s.mu.Unlock()
 	if ok && cur.Seq == seq {
@@ -855,7 +981,7 @@ func (t *Tracker) unreserve(node string, uid types.UID) bool {
 		return false
 	}
 	delete(s.reservations, uid)
-	s.version.Add(1)
+	s.bump()
 	return true
 }
 
@@ -951,6 +1077,9 @@ func (t *Tracker) ForgetNode(node string) {
 	t.mu.Lock()
 	if s := t.removeSlot(node); s != nil {
 		s.mu.Lock()
+		// Nothing cached in it is current again, whatever still leads
+		// here (fastSlots).
+		s.bump()
 		for uid := range s.reservations {
 			delete(t.byUID, uid)
 		}

@@ -170,12 +170,19 @@ func (m *Monitor) onPod(old, obj interface{}) {
 	if p.Spec.NodeName == "" || !(m.holds(p) || (o != nil && m.holds(o))) {
 		return
 	}
-	if o != nil && o.Spec.NodeName == p.Spec.NodeName && o.Status.Phase == p.Status.Phase &&
+	if o != nil && o.Spec.NodeName == p.Spec.NodeName && ended(o) == ended(p) &&
 		o.Annotations[gpu.AnnotationAssignment] == p.Annotations[gpu.AnnotationAssignment] &&
 		gpu.SameRequestAnnotations(o, p) && gpu.WholeGPUs(o, m.reqOpts) == gpu.WholeGPUs(p, m.reqOpts) {
 		return // a status change of a running pod: it holds what it held
 	}
 	m.queue.Add(p.Spec.NodeName)
+}
+
+// ended: a pod that has succeeded or failed holds nothing. Its start (from
+// Pending to Running) changes nothing it holds: judging the node again then
+// would judge every GPU pod's node twice.
+func ended(p *v1.Pod) bool {
+	return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
 }
 
 // holds is whether a pod may hold devices, or claims to.

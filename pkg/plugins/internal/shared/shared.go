@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/internal/objects"
@@ -278,18 +280,47 @@ func (s *Shared) Evaluate(st *gpu.NodeState, r *gpu.Request) (gpu.Choice, int64,
 // State returns a node's device state as the scheduler's snapshot sees it,
 // from the cache when the node has not changed.
 func (s *Shared) State(nodeInfo fwk.NodeInfo) *gpu.NodeState {
-	node := nodeInfo.Node()
-	t := s.Tracker()
-	gen := nodeInfo.GetGeneration()
-	if st := t.Lookup(node.Name, gen); st != nil {
+	if st := s.lookup(nodeInfo); st != nil {
 		return st
 	}
 	return s.build(nodeInfo)
 }
 
-// build builds a node's state after a Lookup missed.
+// lookup is the node's cached state, if current: through the address of
+// the snapshot's NodeInfo (gpu.Tracker.LookupAt), else by name.
+func (s *Shared) lookup(nodeInfo fwk.NodeInfo) *gpu.NodeState {
+	t := s.Tracker()
+	gen := nodeInfo.GetGeneration()
+	key := viewKey(nodeInfo)
+	if st := t.LookupAt(key, gen); st != nil {
+		return st
+	}
+	name := nodeInfo.Node().Name
+	st := t.Lookup(name, gen)
+	if st != nil {
+		t.Remember(key, name)
+	}
+	return st
+}
+
+// viewKey is the address of the scheduler's NodeInfo, of which the snapshot
+// keeps one per node for the node's life, over its size: unique while the
+// object lives, and the NodeInfos allocated in a row have keys in a row
+// (gpu.Tracker.LookupAt). 0 (no key) for other implementations.
+func viewKey(nodeInfo fwk.NodeInfo) uintptr {
+	if p, ok := nodeInfo.(*framework.NodeInfo); ok {
+		return uintptr(unsafe.Pointer(p)) / unsafe.Sizeof(*p)
+	}
+	return 0
+}
+
+// build builds a node's state after a lookup missed.
 func (s *Shared) build(nodeInfo fwk.NodeInfo) *gpu.NodeState {
-	return s.Tracker().Build(nodeInfo.Node(), nodeInfo.GetGeneration(), podsOf(nodeInfo), cpuFree(nodeInfo), memFree(nodeInfo))
+	node := nodeInfo.Node()
+	t := s.Tracker()
+	st := t.Build(node, nodeInfo.GetGeneration(), podsOf(nodeInfo), cpuFree(nodeInfo), memFree(nodeInfo))
+	t.Remember(viewKey(nodeInfo), node.Name)
+	return st
 }
 
 // StateExcluding evaluates a node without one pod: neither its entry in the
@@ -362,29 +393,29 @@ func podsOf(nodeInfo fwk.NodeInfo) []*v1.Pod {
 // whose devices are being freed for a preemptor then only looks idler (the
 // pod drifts away from it).
 func (s *Shared) CPUOnlyScore(sc gpu.Scoring, nodeInfo fwk.NodeInfo, r *gpu.Request, wl *gpu.Workload) int64 {
-	node := nodeInfo.Node()
 	if !sc.CPUOnlyNeedsState(wl) {
 		var gpus int64
 		scalar := nodeInfo.GetAllocatable().GetScalarResources()
 		for _, name := range s.Tracker().Options().ResourceNames {
 			gpus += scalar[name]
 		}
-		if raw, ok := sc.CPUOnlyQuick(gpus > 0, node.Name, cpuFree(nodeInfo), memFree(nodeInfo), r, wl); ok {
+		if raw, ok := sc.CPUOnlyQuick(gpus > 0, nodeInfo.Node().Name, cpuFree(nodeInfo), memFree(nodeInfo), r, wl); ok {
 			return raw
 		}
 	}
-	t := s.Tracker()
-	st := t.Lookup(node.Name, nodeInfo.GetGeneration())
-	if st == nil && t.KnownWithoutDevices(node) {
+	st := s.lookup(nodeInfo)
+	if st != nil {
+		_, raw, _ := sc.Evaluate(st, r, wl)
+		return raw
+	}
+	node := nodeInfo.Node()
+	if s.Tracker().KnownWithoutDevices(node) {
 		// A CPU node's change (its pods) needs no build.
 		if raw, ok := sc.CPUOnlyQuick(false, node.Name, cpuFree(nodeInfo), memFree(nodeInfo), r, wl); ok {
 			return raw
 		}
 	}
-	if st == nil {
-		st = s.build(nodeInfo)
-	}
-	_, raw, _ := sc.Evaluate(st, r, wl)
+	_, raw, _ := sc.Evaluate(s.build(nodeInfo), r, wl)
 	return raw
 }
 
