@@ -55,8 +55,11 @@ type Tracker struct {
 // scheduler asks once or twice per node per pod; an entry leads to the
 // state itself. The key is the address of the caller's view of the node
 // (the scheduler snapshot's NodeInfo, which keeps one address for the
-// node's life), held as a number: it keeps nothing alive. No entry is
-// trusted: it only leads to a state whose generation is the caller's (a
+// node's life) over the object's size, held as a number: it keeps no
+// NodeInfo alive, and NodeInfos allocated in a row have keys in a row. An
+// entry keeps its state alive until it is replaced (the table has at most
+// 4 entries per node, and the caller remembers its snapshot's NodeInfos,
+// not the copies that preemption makes). No entry is trusted: it only leads to a state whose generation is the caller's (a
 // generation belongs to one content of one node) and that is not stale
 // (the slot's cached state, with no change of the node's holds since:
 // slot.store and slot.bump mark it), so an entry that is old, reused or
@@ -147,6 +150,8 @@ type slot struct {
 	pending map[types.UID]pendingPod
 	version atomic.Uint64
 	cached  atomic.Pointer[NodeState]
+	// gone: the node was deleted (s.mu).
+	gone bool
 }
 
 // buildBase is the input of a built state: the node object, and which of
@@ -366,6 +371,9 @@ func Lookups() uint64 { return lookupStats.Load() }
 // store caches st (s.mu held). The state it replaces is marked stale: only
 // a slot's cached state can be served through fastSlots, until a bump.
 func (s *slot) store(st *NodeState) {
+	if s.gone {
+		return // the node was deleted while this state was computed
+	}
 	if old := s.cached.Load(); old != nil && old != st {
 		old.stale.Store(true)
 	}
@@ -1078,8 +1086,9 @@ func (t *Tracker) ForgetNode(node string) {
 	if s := t.removeSlot(node); s != nil {
 		s.mu.Lock()
 		// Nothing cached in it is current again, whatever still leads
-		// here (fastSlots).
+		// here (fastSlots), and nothing is cached in it again.
 		s.bump()
+		s.gone = true
 		for uid := range s.reservations {
 			delete(t.byUID, uid)
 		}

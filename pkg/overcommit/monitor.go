@@ -28,6 +28,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/internal/objects"
 )
@@ -170,7 +171,7 @@ func (m *Monitor) onPod(old, obj interface{}) {
 	if p.Spec.NodeName == "" || !(m.holds(p) || (o != nil && m.holds(o))) {
 		return
 	}
-	if o != nil && o.Spec.NodeName == p.Spec.NodeName && ended(o) == ended(p) &&
+	if o != nil && o.Spec.NodeName == p.Spec.NodeName && samePhase(o, p) &&
 		o.Annotations[gpu.AnnotationAssignment] == p.Annotations[gpu.AnnotationAssignment] &&
 		gpu.SameRequestAnnotations(o, p) && gpu.WholeGPUs(o, m.reqOpts) == gpu.WholeGPUs(p, m.reqOpts) {
 		return // a status change of a running pod: it holds what it held
@@ -178,9 +179,18 @@ func (m *Monitor) onPod(old, obj interface{}) {
 	m.queue.Add(p.Spec.NodeName)
 }
 
-// ended: a pod that has succeeded or failed holds nothing. Its start (from
-// Pending to Running) changes nothing it holds: judging the node again then
-// would judge every GPU pod's node twice.
+// samePhase: a pod's start (Pending to Running) changes nothing it holds, so
+// judging its node again would judge every GPU pod's node twice; an end
+// (Succeeded, Failed) does. A pod in HAMi's handshake is the exception: its
+// start is what lets a node lock it left behind be released
+// (hami.StaleHolder).
+func samePhase(o, p *v1.Pod) bool {
+	if _, handshake := p.Annotations[hami.AnnotationBindPhase]; handshake {
+		return o.Status.Phase == p.Status.Phase
+	}
+	return ended(o) == ended(p)
+}
+
 func ended(p *v1.Pod) bool {
 	return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
 }

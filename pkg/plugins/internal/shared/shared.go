@@ -33,6 +33,9 @@ type Shared struct {
 	// nominator: the profile's framework keeps nominated pods.
 	nominatorOnce sync.Once
 	nominator     bool
+	// snapshot is the profile's snapshot (nil without one): only its
+	// NodeInfos are remembered for the fast lookup.
+	snapshot fwk.SharedLister
 }
 
 // Accounting is the device accounting of one scheduler process: every
@@ -98,7 +101,7 @@ func For(h fwk.Handle) *Shared {
 			accountings[key] = acc
 		}
 		acc.refs++
-		s = &Shared{acc: acc}
+		s = &Shared{acc: acc, snapshot: h.SnapshotSharedLister()}
 		sc := gpu.DefaultScoring
 		sc.Policy = gpu.BestFit
 		s.scoring.Store(&scoring{sc: sc, learner: gpu.NewLearner(0.95, 10000)})
@@ -298,9 +301,24 @@ func (s *Shared) lookup(nodeInfo fwk.NodeInfo) *gpu.NodeState {
 	name := nodeInfo.Node().Name
 	st := t.Lookup(name, gen)
 	if st != nil {
-		t.Remember(key, name)
+		s.remember(nodeInfo, key, name)
 	}
 	return st
+}
+
+// remember leads the NodeInfo's key to the node's cached state, if the
+// NodeInfo is the snapshot's: the copies that preemption and nominees make
+// live for one cycle, and an entry would keep their states alive.
+func (s *Shared) remember(nodeInfo fwk.NodeInfo, key uintptr, name string) {
+	if key == 0 {
+		return
+	}
+	if s.snapshot != nil {
+		if ni, err := s.snapshot.NodeInfos().Get(name); err != nil || ni != nodeInfo {
+			return
+		}
+	}
+	s.Tracker().Remember(key, name)
 }
 
 // viewKey is the address of the scheduler's NodeInfo, of which the snapshot
@@ -319,7 +337,7 @@ func (s *Shared) build(nodeInfo fwk.NodeInfo) *gpu.NodeState {
 	node := nodeInfo.Node()
 	t := s.Tracker()
 	st := t.Build(node, nodeInfo.GetGeneration(), podsOf(nodeInfo), cpuFree(nodeInfo), memFree(nodeInfo))
-	t.Remember(viewKey(nodeInfo), node.Name)
+	s.remember(nodeInfo, viewKey(nodeInfo), node.Name)
 	return st
 }
 
