@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -67,7 +68,7 @@ func TestLookupAt(t *testing.T) {
 	same("a's generation through b's entry", keyA, "a", 7, nil)
 
 	// An entry torn between two writers: a's key with b's state.
-	e := tr.fast.Load().at(keyB)
+	e := &tr.fast.Load().bucket(keyB)[0]
 	e.key.Store(keyB)
 	e.st.Store(stB)
 	same("a torn entry", keyB, "a", 7, nil)
@@ -90,10 +91,31 @@ func TestLookupAt(t *testing.T) {
 	for i := range 2000 {
 		last = build(node(fmt.Sprint("n-", i), 1, 1, nil), int64(100+i), uintptr(0x10000+i))
 	}
-	if tr.fast.Load() == before || len(tr.fast.Load().e) < 2*2000 {
-		t.Fatalf("the table did not grow: %d entries for 2000 nodes", len(tr.fast.Load().e))
+	if tr.fast.Load() == before || len(tr.fast.Load().b) < 2000 {
+		t.Fatalf("the table did not grow: %d buckets for 2000 nodes", len(tr.fast.Load().b))
 	}
 	same("after growing", uintptr(0x10000+1999), "n-1999", 2099, last)
+	// Nodes are served through their keys: keys that share a bucket do not
+	// evict each other (a direct-mapped table of 4 entries per node left a
+	// fifth of the keys sharing an entry, each a miss every time).
+	// The keys at random, as NodeInfos in spans scattered over the heap
+	// (a regular progression of keys hashes without a collision).
+	rnd := rand.New(rand.NewPCG(1, 2))
+	keys := make([]uintptr, 2000)
+	for i := range keys {
+		keys[i] = uintptr(rnd.Uint64()>>24) | 1
+		tr.Build(node(fmt.Sprint("n-", i), 1, 1, nil), int64(100+i), nil, 8000, 8000)
+		tr.Remember(keys[i], fmt.Sprint("n-", i))
+	}
+	missed := 0
+	for i, k := range keys {
+		if tr.LookupAt(k, int64(100+i)) == nil {
+			missed++
+		}
+	}
+	if missed > 2000/200 {
+		t.Errorf("%d of 2000 nodes not served through their keys, want at most 0.5%%", missed)
+	}
 }
 
 // Concurrent builds, reservations and lookups: under -race, and every state

@@ -49,51 +49,53 @@ type Tracker struct {
 	nslots atomic.Int64
 }
 
-// fastSlots is a direct-mapped table in front of the map by name. At
-// thousands of nodes, reading that map (hashing the name, comparing it, then
-// the slot) misses the CPU's caches several times per node, and the
-// scheduler asks once or twice per node per pod; an entry leads to the
-// state itself. The key is the address of the caller's view of the node
-// (the scheduler snapshot's NodeInfo, which keeps one address for the
-// node's life) over the object's size, held as a number: it keeps no
-// NodeInfo alive, and NodeInfos allocated in a row have keys in a row. An
-// entry keeps its state alive until it is replaced (the table has at most
-// 4 entries per node, and the caller remembers its snapshot's NodeInfos,
-// not the copies that preemption makes). No entry is trusted: it only leads to a state whose generation is the caller's (a
-// generation belongs to one content of one node) and that is not stale
-// (the slot's cached state, with no change of the node's holds since:
-// slot.store and slot.bump mark it), so an entry that is old, reused or
-// torn between two writers is a miss, never a wrong state.
+// fastSlots is a table in front of the map by name. At thousands of nodes,
+// reading that map (hashing the name, comparing it, then the slot) misses
+// the CPU's caches several times per node, and the scheduler asks once or
+// twice per node per pod; here a key's bucket is one cache line, and its
+// entry leads to the state itself. The key is the address of the caller's
+// view of the node (the scheduler snapshot's NodeInfo, which keeps one
+// address for the node's life) over the object's size, held as a number:
+// it keeps no NodeInfo alive. An entry keeps its state alive until it is
+// replaced (4 entries per node, and the caller remembers its snapshot's
+// NodeInfos, not the copies that preemption makes). No entry is trusted: it
+// only leads to a state whose generation is the caller's (a generation
+// belongs to one content of one node) and that is not stale (the slot's
+// cached state, with no change of the node's holds since: slot.store and
+// slot.bump mark it), so an entry that is old, reused or torn between two
+// writers is a miss, never a wrong state.
 type fastSlots struct {
-	mask uint64
-	e    []fastEntry
+	shift uint
+	b     []fastBucket
 }
+
+// fastBucket is 4 ways, one cache line: a direct-mapped table (one way)
+// sized 4 entries per node still left a fifth of the keys sharing an entry
+// with another, each a miss every time its node came round.
+type fastBucket [4]fastEntry
 
 type fastEntry struct {
 	key atomic.Uintptr
 	st  atomic.Pointer[NodeState]
 }
 
-// at is the key's entry: its low bits, not a hash, so that the nodes a
-// scheduling cycle walks in a row (their NodeInfos allocated in a row) read
-// neighbouring entries, which the CPU prefetches; a hash scatters them, one
-// miss each.
-func (f *fastSlots) at(key uintptr) *fastEntry {
-	return &f.e[uint64(key)&f.mask]
+func (f *fastSlots) bucket(key uintptr) *fastBucket {
+	return &f.b[(uint64(key)*0x9E3779B97F4A7C15)>>f.shift]
 }
 
-// growFast sizes the table to at least 4 entries per node; a new table
-// starts empty and fills on the next misses.
+// growFast keeps at least a bucket (4 entries) per node, 2 after growing: a
+// bucket then overflows (its fifth key misses) for a few nodes in a
+// thousand. A new table starts empty and fills on the next misses.
 func (t *Tracker) growFast() {
 	n := t.nslots.Add(1)
-	if f := t.fast.Load(); f != nil && int64(len(f.e)) >= 2*n {
+	if f := t.fast.Load(); f != nil && int64(len(f.b)) >= n {
 		return
 	}
-	size := int64(1024)
-	for size < 4*n {
-		size *= 2
+	bits := uint(8)
+	for int64(1)<<bits < 2*n {
+		bits++
 	}
-	t.fast.Store(&fastSlots{mask: uint64(size - 1), e: make([]fastEntry, size)})
+	t.fast.Store(&fastSlots{shift: 64 - bits, b: make([]fastBucket, 1<<bits)})
 }
 
 // LookupAt is Lookup through the caller's key for the node (fastSlots): nil
@@ -104,21 +106,25 @@ func (t *Tracker) LookupAt(key uintptr, generation int64) *NodeState {
 	if f == nil || key == 0 || generation == 0 {
 		return nil
 	}
-	e := f.at(key)
-	if e.key.Load() != key {
-		return nil
+	b := f.bucket(key)
+	for i := range b {
+		if b[i].key.Load() != key {
+			continue
+		}
+		st := b[i].st.Load()
+		if st == nil || st.key.generation != generation || st.stale.Load() {
+			return nil
+		}
+		if st.key.until != 0 && time.Now().UnixNano() > st.key.until {
+			return nil
+		}
+		return st
 	}
-	st := e.st.Load()
-	if st == nil || st.key.generation != generation || st.stale.Load() {
-		return nil
-	}
-	if st.key.until != 0 && time.Now().UnixNano() > st.key.until {
-		return nil
-	}
-	return st
+	return nil
 }
 
-// Remember leads key to the node's cached state.
+// Remember leads key to the node's cached state: in the key's entry if it
+// has one, else in a free entry or one whose state is stale.
 func (t *Tracker) Remember(key uintptr, node string) {
 	f := t.fast.Load()
 	if f == nil || key == 0 {
@@ -132,7 +138,25 @@ func (t *Tracker) Remember(key uintptr, node string) {
 	if st == nil {
 		return
 	}
-	e := f.at(key)
+	b := f.bucket(key)
+	e := &b[int(key)&3]
+	for i := range b {
+		if b[i].key.Load() == key {
+			e = &b[i]
+			break
+		}
+	}
+	if e.key.Load() != key {
+		for i := range b {
+			if k := b[i].key.Load(); k == 0 {
+				e = &b[i]
+				break
+			}
+			if old := b[i].st.Load(); old == nil || old.stale.Load() {
+				e = &b[i]
+			}
+		}
+	}
 	if e.st.Load() != st {
 		e.st.Store(st)
 	}

@@ -336,3 +336,41 @@ func TestMonitorReleasesEndedLocks(t *testing.T) {
 		})
 	}
 }
+
+// A pod's update judges its node again only when what it holds may have
+// changed: not when a GPU pod starts (Pending to Running: every GPU pod's
+// node would be judged twice), but when it ends, moves or changes its
+// assignment, and when a pod in HAMi's handshake starts (its start is what
+// lets a lock it left behind be released).
+func TestMonitorPodUpdates(t *testing.T) {
+	m, _, _, _ := newMonitor(t, nil)
+	base := gputest.BoundPod("ns", "p", "n", "n:0=1000")
+	base.Status.Phase = v1.PodPending
+	handshake := base.DeepCopy()
+	handshake.Annotations[hami.AnnotationVGPUNode] = "n"
+	handshake.Annotations[hami.AnnotationBindPhase] = hami.BindSuccess
+	for _, tc := range []struct {
+		name string
+		old  *v1.Pod
+		edit func(*v1.Pod)
+		want bool
+	}{
+		{"a GPU pod starts", base, func(p *v1.Pod) { p.Status.Phase = v1.PodRunning }, false},
+		{"a condition", base, func(p *v1.Pod) { p.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady}} }, false},
+		{"a GPU pod succeeds", base, func(p *v1.Pod) { p.Status.Phase = v1.PodSucceeded }, true},
+		{"a GPU pod fails", base, func(p *v1.Pod) { p.Status.Phase = v1.PodFailed }, true},
+		{"its assignment", base, func(p *v1.Pod) { p.Annotations[gpu.AnnotationAssignment] = "n:1=1000" }, true},
+		{"a pod in HAMi's handshake starts", handshake, func(p *v1.Pod) { p.Status.Phase = v1.PodRunning }, true},
+	} {
+		p := tc.old.DeepCopy()
+		tc.edit(p)
+		m.onPod(tc.old, p)
+		if got := m.queue.Len() == 1; got != tc.want {
+			t.Errorf("%s: judged again: %v, want %v", tc.name, got, tc.want)
+		}
+		for m.queue.Len() > 0 {
+			k, _ := m.queue.Get()
+			m.queue.Done(k)
+		}
+	}
+}
