@@ -68,7 +68,7 @@ func main() {
 	memProfile := flag.String("memprofile", "", "write a heap profile at the end")
 	zoom := flag.Int("zoom", 80, "plot arrivals from this percent (0: all)")
 	tieOrder := flag.String("tie-order", simulator.TieHash, "last tie-break: hash (the shipped stable node order) or reference (the published simulator's: smallest renamed node first)")
-	mode := flag.String("mode", "static", "static (the published method: arrivals only) or dynamic (arrivals at creation_time, departures after the trace's run time, waiting pods in the scheduling queue)")
+	mode := flag.String("mode", "static", "static (the published method: arrivals only), dynamic (arrivals at creation_time, departures after the trace's run time, waiting pods in the scheduling queue), or bound (an LP upper bound on the allocation per workload and seed, beside the published FGD and the --policy runs saved in --out)")
 	span := flag.Duration("arrival-span", 30*time.Minute, "dynamic: the trace's arrival times are compressed linearly into this simulated span")
 	placements := flag.Bool("placements", false, "write each run's placements to --out/placements/<workload>-<policy>-seed<N>.csv (pod,node,devices,milli_per_device,cpu_milli,memory_mib,gpu_spec,arrival_index)")
 	flag.Usage = usage
@@ -78,11 +78,13 @@ func main() {
 	var err error
 	switch *mode {
 	case "static":
-		err = run(*traceDir, *workloads, *policies, *seeds, *tune, *out, *parallel, *asJSON, *resume, *limit, *cpuProfile, *memProfile, *zoom, *placements, *tieOrder)
+		err = run(*traceDir, *workloads, *policies, *seeds, *tune, *out, *parallel, *asJSON, *resume, *limit, *cpuProfile, *memProfile, *zoom, *placements, *tieOrder, false)
+	case "bound":
+		err = run(*traceDir, *workloads, *policies, *seeds, *tune, *out, *parallel, *asJSON, *resume, *limit, *cpuProfile, *memProfile, *zoom, *placements, *tieOrder, true)
 	case "dynamic":
 		err = runDynamic(*traceDir, *workloads, *policies, *seeds, *tune, *span, *out, *limit, *tieOrder)
 	default:
-		err = fmt.Errorf("--mode %q: want static or dynamic", *mode)
+		err = fmt.Errorf("--mode %q: want static, dynamic or bound", *mode)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpu-sim:", err)
@@ -135,7 +137,7 @@ type job struct {
 }
 
 func run(traceDir, workloadList, policyList, seedList string, tune float64, out string, parallel int, asJSON, resume bool,
-	limit int, cpuProfile, memProfile string, zoom int, placements bool, tieOrder string) error {
+	limit int, cpuProfile, memProfile string, zoom int, placements bool, tieOrder string, bound bool) error {
 	if tieOrder != simulator.TieHash && tieOrder != simulator.TieReference {
 		return fmt.Errorf("--tie-order %q: want %s or %s", tieOrder, simulator.TieHash, simulator.TieReference)
 	}
@@ -147,22 +149,16 @@ func run(traceDir, workloadList, policyList, seedList string, tune float64, out 
 		return fmt.Errorf("trace directory %s has no %s (or .gz)", traceDir, simulator.NodeFile)
 	}
 	nf.Close()
-	var workloads []string
-	switch workloadList {
-	case "grid":
-		workloads = simulator.PaperGrid
-	case "all":
-		all, err := simulator.Workloads(traceDir)
-		if err != nil {
-			return err
-		}
-		workloads = all
-	default:
-		workloads = strings.Split(workloadList, ",")
+	workloads, err := resolveWorkloads(traceDir, workloadList)
+	if err != nil {
+		return err
 	}
 	policies, seeds, err := parsePoliciesSeeds(policyList, seedList)
 	if err != nil {
 		return err
+	}
+	if bound {
+		return runBound(traceDir, workloads, policies, seeds, tune, out, parallel, tieOrder)
 	}
 	if parallel < 1 {
 		parallel = 1
@@ -314,6 +310,17 @@ func run(traceDir, workloadList, policyList, seedList string, tune float64, out 
 	fmt.Fprintf(os.Stderr, "%d runs in %s; peak RSS %d MiB; wrote %s/{curves.csv,summary.md,curves-*.png}\n",
 		len(results), time.Since(start).Round(time.Second), ru.Maxrss/1024, out)
 	return nil
+}
+
+// resolveWorkloads reads --workload: names, grid or all.
+func resolveWorkloads(traceDir, list string) ([]string, error) {
+	switch list {
+	case "grid":
+		return simulator.PaperGrid, nil
+	case "all":
+		return simulator.Workloads(traceDir)
+	}
+	return strings.Split(list, ","), nil
 }
 
 func load(path string) (*simulator.Result, error) {
