@@ -68,8 +68,12 @@ func main() {
 	memProfile := flag.String("memprofile", "", "write a heap profile at the end")
 	zoom := flag.Int("zoom", 80, "plot arrivals from this percent (0: all)")
 	tieOrder := flag.String("tie-order", simulator.TieHash, "last tie-break: hash (the shipped stable node order) or reference (the published simulator's: smallest renamed node first)")
-	mode := flag.String("mode", "static", "static (the published method: arrivals only), dynamic (arrivals at creation_time, departures after the trace's run time, waiting pods in the scheduling queue), or bound (an LP upper bound on the allocation per workload and seed, beside the published FGD and the --policy runs saved in --out)")
+	mode := flag.String("mode", "static", "static (the published method: arrivals only), dynamic (arrivals at creation_time, departures after the trace's run time, waiting pods in the scheduling queue), generate (write synthetic traces of --fleet, one per --workload mix ("+simulator.MixNames()+"), to --out, in openb's format), or bound (an LP upper bound on the allocation per workload and seed, beside the published FGD and the --policy runs saved in --out)")
 	span := flag.Duration("arrival-span", 30*time.Minute, "dynamic: the trace's arrival times are compressed linearly into this simulated span")
+	fleet := flag.String("fleet", "", "generate: the synthetic fleet ("+simulator.FleetNames()+")")
+	synthNodes := flag.Int("nodes", 400, "generate: nodes in the fleet")
+	synthPods := flag.Int("pods", 4000, "generate: pods per workload (the replay tunes them to --tune x capacity)")
+	synthSeed := flag.Int64("synth-seed", 1, "generate: the trace's seed")
 	placements := flag.Bool("placements", false, "write each run's placements to --out/placements/<workload>-<policy>-seed<N>.csv (pod,node,devices,milli_per_device,cpu_milli,memory_mib,gpu_spec,arrival_index)")
 	flag.Usage = usage
 	klog.InitFlags(nil)
@@ -79,12 +83,14 @@ func main() {
 	switch *mode {
 	case "static":
 		err = run(*traceDir, *workloads, *policies, *seeds, *tune, *out, *parallel, *asJSON, *resume, *limit, *cpuProfile, *memProfile, *zoom, *placements, *tieOrder, false)
+	case "generate":
+		err = generate(*fleet, *workloads, *synthNodes, *synthPods, *synthSeed, *out)
 	case "bound":
 		err = run(*traceDir, *workloads, *policies, *seeds, *tune, *out, *parallel, *asJSON, *resume, *limit, *cpuProfile, *memProfile, *zoom, *placements, *tieOrder, true)
 	case "dynamic":
 		err = runDynamic(*traceDir, *workloads, *policies, *seeds, *tune, *span, *out, *limit, *tieOrder)
 	default:
-		err = fmt.Errorf("--mode %q: want static, dynamic or bound", *mode)
+		err = fmt.Errorf("--mode %q: want static, dynamic, generate or bound", *mode)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpu-sim:", err)
@@ -309,6 +315,26 @@ func run(traceDir, workloadList, policyList, seedList string, tune float64, out 
 	}
 	fmt.Fprintf(os.Stderr, "%d runs in %s; peak RSS %d MiB; wrote %s/{curves.csv,summary.md,curves-*.png}\n",
 		len(results), time.Since(start).Round(time.Second), ru.Maxrss/1024, out)
+	return nil
+}
+
+// generate writes synthetic traces: the fleet's node file and one pod file
+// per mix, in out, for --trace-dir.
+func generate(fleet, mixes string, nodes, pods int, seed int64, out string) error {
+	for _, m := range strings.Split(mixes, ",") {
+		t, err := simulator.Synthesize(fleet, m, nodes, pods, seed)
+		if err != nil {
+			return err
+		}
+		if err := simulator.WriteTrace(out, t); err != nil {
+			return err
+		}
+		var gpus int
+		for _, n := range t.Nodes {
+			gpus += n.GPUs
+		}
+		fmt.Fprintf(os.Stderr, "%s/%s: %d nodes, %d GPUs, %d pods → %s\n", fleet, m, len(t.Nodes), gpus, len(t.Pods), out)
+	}
 	return nil
 }
 
