@@ -33,7 +33,8 @@ for out in args:
         runs[(d["Workload"], d["Policy"])][d["Seed"]] = d["Curve"]
     for w in sorted({w for w, _ in runs}):
         ra, rb = runs.get((w, a), {}), runs.get((w, b), {})
-        seeds = sorted(set(ra) & set(rb))
+        seeds = sorted(s for s in set(ra) & set(rb)
+                       if all(c[k] is not None for c in (ra[s], rb[s]) for k in (10, 25, 50, 75, 100, 130)))
         if not seeds:
             continue
         cells = []

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/csv"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,11 +83,11 @@ func runBound(traceDir string, workloads []string, policies []simulator.Policy, 
 		return err
 	}
 	cw := csv.NewWriter(f)
-	cw.Write([]string{"workload", "seed", "tune", "bound_pct", "bound_milli", "capacity_milli", "requested_milli", "classes", "node_types", "vars", "rows", "relaxed", "seconds"})
+	cw.Write([]string{"workload", "seed", "tune", "bound_pct", "bound_milli", "capacity_milli", "requested_milli", "classes", "node_types", "vars", "rows", "relaxed", "simplex_milli", "seconds"})
 	for _, r := range results {
 		cw.Write([]string{r.Workload, fmt.Sprint(r.Seed), fmt.Sprint(r.Tune), fmt.Sprintf("%.4f", r.Percent()), fmt.Sprintf("%.1f", r.Milli),
 			fmt.Sprint(r.Capacity), fmt.Sprint(r.Requested), fmt.Sprint(r.Classes), fmt.Sprint(r.NodeTypes), fmt.Sprint(r.Vars), fmt.Sprint(r.Rows),
-			fmt.Sprint(r.Relaxed), fmt.Sprintf("%.2f", r.Wall.Seconds())})
+			fmt.Sprint(r.Relaxed), fmt.Sprintf("%.1f", r.Primal), fmt.Sprintf("%.2f", r.Wall.Seconds())})
 	}
 	cw.Flush()
 	if err := f.Close(); err != nil {
@@ -94,9 +95,15 @@ func runBound(traceDir string, workloads []string, policies []simulator.Policy, 
 	}
 
 	// The table: per workload, the bound's mean over the seeds, the
-	// published FGD's, and each policy's from its saved runs.
+	// published FGD's, and each policy's from its saved runs, at the
+	// arrival's last column (the tune). The means are over each one's own
+	// seeds: pass the seeds the runs have.
+	col := int(math.Round(100 * tune))
+	if col >= simulator.Columns {
+		col = simulator.Columns - 1
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "| workload | seeds | bound @130 (min–max) | published FGD @130 |")
+	fmt.Fprintf(&b, "| workload | seeds | bound @%d (min–max) | published FGD @%d |", col, col)
 	for _, p := range policies {
 		fmt.Fprintf(&b, " %s | gap closed |", p)
 	}
@@ -118,8 +125,8 @@ func runBound(traceDir string, workloads []string, policies []simulator.Policy, 
 			lo, hi = min(lo, v), max(hi, v)
 		}
 		fgd := -1.0
-		if c := publishedSeeds(pub, w, seeds); len(c) > 0 {
-			fgd = simulator.At(c, 130).Mean
+		if c := publishedSeeds(pub, w, seeds); len(c) > 0 && tune == 1.3 {
+			fgd = simulator.At(c, col).Mean
 		}
 		fmt.Fprintf(&b, "| %s | %d | %.2f (%.2f–%.2f) | %s |", w, len(vals), st.Mean, lo, hi, pct(fgd))
 		for _, p := range policies {
@@ -133,9 +140,9 @@ func runBound(traceDir string, workloads []string, policies []simulator.Policy, 
 				b.WriteString(" – | – |")
 				continue
 			}
-			m := simulator.At(curves, 130).Mean
+			m := simulator.At(curves, col).Mean
 			closed := "–"
-			if fgd >= 0 && st.Mean > fgd {
+			if fgd >= 0 && st.Mean > fgd && !math.IsNaN(m) {
 				closed = fmt.Sprintf("%+.1f%%", 100*(m-fgd)/(st.Mean-fgd))
 			}
 			fmt.Fprintf(&b, " %.2f (%d seeds) | %s |", m, len(curves), closed)
@@ -153,8 +160,8 @@ func runBound(traceDir string, workloads []string, policies []simulator.Policy, 
 	return nil
 }
 
-// publishedSeeds is the published FGD curves of the given seeds (the file
-// lists seeds 42 onwards, in order).
+// publishedSeeds is the published FGD curves of the given seeds: the file
+// lists seeds 42–51 in order, at tune 1.3 only (other tunes have none).
 func publishedSeeds(pub simulator.Published, w string, seeds []int64) []simulator.Curve {
 	all := pub[w]["FGD"]
 	var out []simulator.Curve

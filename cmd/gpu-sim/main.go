@@ -70,7 +70,7 @@ func main() {
 	tieOrder := flag.String("tie-order", simulator.TieHash, "last tie-break: hash (the shipped stable node order) or reference (the published simulator's: smallest renamed node first)")
 	mode := flag.String("mode", "static", "static (the published method: arrivals only), dynamic (arrivals at creation_time, departures after the trace's run time, waiting pods in the scheduling queue), generate (write synthetic traces of --fleet, one per --workload mix ("+simulator.MixNames()+"), to --out, in openb's format), or bound (an LP upper bound on the allocation per workload and seed, beside the published FGD and the --policy runs saved in --out)")
 	span := flag.Duration("arrival-span", 30*time.Minute, "dynamic: the trace's arrival times are compressed linearly into this simulated span")
-	fleet := flag.String("fleet", "", "generate: the synthetic fleet ("+simulator.FleetNames()+")")
+	fleet := flag.String("fleet", "", "generate: the synthetic fleet ("+simulator.FleetNames()+"); --workload names the mixes (default: all), --out the directory (default out/synth/FLEET)")
 	synthNodes := flag.Int("nodes", 400, "generate: nodes in the fleet")
 	synthPods := flag.Int("pods", 4000, "generate: pods per workload (the replay tunes them to --tune x capacity)")
 	synthSeed := flag.Int64("synth-seed", 1, "generate: the trace's seed")
@@ -84,7 +84,29 @@ func main() {
 	case "static":
 		err = run(*traceDir, *workloads, *policies, *seeds, *tune, *out, *parallel, *asJSON, *resume, *limit, *cpuProfile, *memProfile, *zoom, *placements, *tieOrder, false)
 	case "generate":
-		err = generate(*fleet, *workloads, *synthNodes, *synthPods, *synthSeed, *out)
+		mixes, dir := *workloads, *out
+		outSet := false
+		flag.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "workload":
+				if mixes == "default" {
+					mixes = ""
+				}
+			case "out":
+				outSet = true
+			}
+		})
+		if mixes == "default" {
+			mixes = strings.ReplaceAll(simulator.MixNames(), ", ", ",") // every mix
+		}
+		if !outSet {
+			dir = filepath.Join("out", "synth", *fleet)
+		}
+		if *fleet == "" {
+			err = fmt.Errorf("--mode generate needs --fleet (%s)", simulator.FleetNames())
+			break
+		}
+		err = generate(*fleet, mixes, *synthNodes, *synthPods, *synthSeed, dir)
 	case "bound":
 		err = run(*traceDir, *workloads, *policies, *seeds, *tune, *out, *parallel, *asJSON, *resume, *limit, *cpuProfile, *memProfile, *zoom, *placements, *tieOrder, true)
 	case "dynamic":

@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -25,8 +26,11 @@ type BoundResult struct {
 	Requested          int64
 	NodeTypes, Classes int
 	Vars, Rows         int
-	// Relaxed is the relative raise of the right-hand sides that let the
-	// simplex finish (0: none).
+	// Primal is the simplex's optimum; Milli is the certified bound
+	// (certify), equal to it up to rounding when the simplex was right.
+	Primal float64
+	// Relaxed is the largest relative raise of the right-hand sides in
+	// the LP the simplex solved (the certificate uses the original ones).
 	Relaxed float64
 	Wall    time.Duration
 }
@@ -134,7 +138,7 @@ func Bound(a *Arrival, workload string, seed int64, tune float64) (*BoundResult,
 	}
 	var rows []row
 	seen := map[string]bool{}
-	add := func(coef []float64, rhs float64) {
+	add := func(coef []float64, rhs float64) int {
 		nonzero := false
 		for _, v := range coef {
 			if v != 0 {
@@ -143,15 +147,19 @@ func Bound(a *Arrival, workload string, seed int64, tune float64) (*BoundResult,
 			}
 		}
 		if !nonzero {
-			return
+			return -1
 		}
 		key := fmt.Sprint(coef, rhs)
 		if seen[key] {
-			return
+			return -1
 		}
 		seen[key] = true
 		rows = append(rows, row{coef, rhs})
+		return len(rows) - 1
 	}
+	// classRow[p] is the row that counts class p's pods (every variable of
+	// a class has coefficient 1 there): the certificate's repair uses it.
+	classRow := make([]int, len(classes))
 	for p, c := range classes {
 		coef := make([]float64, len(vars))
 		for j, v := range vars {
@@ -159,7 +167,7 @@ func Bound(a *Arrival, workload string, seed int64, tune float64) (*BoundResult,
 				coef[j] = 1
 			}
 		}
-		add(coef, float64(c.n))
+		classRow[p] = add(coef, float64(c.n))
 	}
 	for t, nt := range types {
 		// A dimension: the capacity of one bin, how many bins the type
@@ -214,32 +222,154 @@ func Bound(a *Arrival, workload string, seed int64, tune float64) (*BoundResult,
 		c := classes[v.p]
 		cost[j] = -float64(int64(c.gpus)*c.milli) / 1000
 	}
-	// gonum's simplex can stall on a singular basis where the problem is
-	// degenerate: then the right-hand sides are raised a little, unevenly
-	// (a larger h only loosens the bound, so it stays an upper bound).
+	// The right-hand sides are raised by a tiny relative amount, unevenly:
+	// a degenerate vertex (basic variables at 0, common here) then becomes
+	// one whose basic variables are all positive, so that certify finds the
+	// basis from the solution alone; gonum's simplex also stalls on some
+	// degenerate problems (a singular basis), and a larger raise is tried
+	// then. The certificate uses the original sides.
 	var opt float64
+	var x []float64
 	var err error
-	for try, eps := 0, 0.0; ; try, eps = try+1, max(1e-9, eps*100) {
-		bb := b
-		if eps > 0 {
-			bb = make([]float64, m)
-			for i := range b {
-				bb[i] = b[i] * (1 + eps*float64(1+(i*7919)%97)/97)
-			}
+	for try, eps := 0, 1e-7; try < 4; try, eps = try+1, eps*100 {
+		bb := make([]float64, m)
+		for i := range b {
+			bb[i] = b[i] * (1 + eps*float64(1+(i*7919)%97)/97)
 		}
-		opt, _, err = lp.Simplex(cost, A, bb, 1e-10, basic)
-		if err == nil || try == 4 {
-			res.Relaxed = eps
+		opt, x, err = lp.Simplex(cost, A, bb, 1e-10, basic)
+		res.Relaxed = eps
+		if err == nil {
 			break
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bound of %s seed %d: %w", workload, seed, err)
 	}
-	res.Milli = -opt * 1000
+	res.Primal = -opt * 1000
+	value := make([]float64, n)
+	for j := range vars {
+		value[j] = -cost[j]
+	}
+	rowCoef := make([][]float64, m)
+	rhs := make([]float64, m)
+	for i, r := range rows {
+		rowCoef[i], rhs[i] = r.coef, r.rhs
+	}
+	varRow := make([]int, n)
+	for j, v := range vars {
+		varRow[j] = classRow[v.p]
+	}
+	dual, err := certify(rowCoef, rhs, value, varRow, x)
+	if err != nil {
+		return nil, fmt.Errorf("bound of %s seed %d: %w", workload, seed, err)
+	}
+	res.Milli = dual * 1000
 	res.Vars, res.Rows = n, m
 	res.Wall = time.Since(start)
 	return res, nil
+}
+
+// certify turns the simplex's answer into a bound that does not rest on it:
+// by weak duality, hᵀu bounds the maximum of vᵀx over Gx ≤ h, x ≥ 0 for
+// every u ≥ 0 with Gᵀu ≥ v. u is read off the primal solution x (its positive
+// columns, completed with slacks into a basis B, u = B⁻ᵀ c_B), clipped at 0,
+// and then made feasible outright: a variable's shortfall is added to its
+// class row's u, where its coefficient is 1. At an optimal basis nothing is
+// added and hᵀu is the LP optimum; anything the solver got wrong only makes
+// hᵀu larger, never an invalid bound.
+func certify(g [][]float64, h, v []float64, varRow []int, x []float64) (float64, error) {
+	m, n := len(h), len(v)
+	// The basis: x's positive columns, in order, and the slacks of the rows
+	// that Gaussian elimination on those columns leaves without a pivot.
+	var cols []int
+	for j := 0; j < n+m; j++ {
+		if x[j] != 0 {
+			cols = append(cols, j)
+		}
+	}
+	col := func(j, i int) float64 {
+		if j >= n {
+			if j-n == i {
+				return 1
+			}
+			return 0
+		}
+		return g[i][j]
+	}
+	work := make([][]float64, len(cols))
+	for k, j := range cols {
+		work[k] = make([]float64, m)
+		for i := 0; i < m; i++ {
+			work[k][i] = col(j, i)
+		}
+	}
+	used := make([]bool, m)
+	var basis []int
+	for k := range work {
+		p, best := -1, 1e-9
+		for i := 0; i < m; i++ {
+			if !used[i] && math.Abs(work[k][i]) > best {
+				p, best = i, math.Abs(work[k][i])
+			}
+		}
+		if p < 0 {
+			continue // dependent on the columns before it
+		}
+		used[p] = true
+		basis = append(basis, cols[k])
+		for k2 := k + 1; k2 < len(work); k2++ {
+			f := work[k2][p] / work[k][p]
+			if f == 0 {
+				continue
+			}
+			for i := 0; i < m; i++ {
+				work[k2][i] -= f * work[k][i]
+			}
+		}
+	}
+	for i := 0; i < m; i++ {
+		if !used[i] {
+			basis = append(basis, n+i)
+		}
+	}
+	bt := mat.NewDense(m, m, nil)
+	cb := make([]float64, m)
+	for r, j := range basis {
+		for i := 0; i < m; i++ {
+			bt.Set(r, i, col(j, i))
+		}
+		if j < n {
+			cb[r] = v[j]
+		}
+	}
+	var u mat.VecDense
+	if err := u.SolveVec(bt, mat.NewVecDense(m, cb)); err != nil {
+		// No dual from this basis: the trivial one (every pod placed).
+		u = *mat.NewVecDense(m, nil)
+	}
+	y := make([]float64, m)
+	for i := range y {
+		y[i] = max(0, u.AtVec(i))
+	}
+	for j := 0; j < n; j++ {
+		var s float64
+		for i := 0; i < m; i++ {
+			if g[i][j] != 0 {
+				s += g[i][j] * y[i]
+			}
+		}
+		if short := v[j] - s; short > 0 {
+			if varRow[j] < 0 {
+				return 0, fmt.Errorf("variable %d has no class row", j)
+			}
+			y[varRow[j]] += short
+		}
+	}
+	var bound float64
+	for i := range h {
+		bound += h[i] * y[i]
+	}
+	return bound, nil
 }
 
 // dff is Fekete and Schepers' dual feasible function u^(k) of an item of

@@ -265,26 +265,28 @@ func Synthesize(fleetName, mixName string, nodes, pods int, seed int64) (*Trace,
 				p.Models = tierModels(f, k.Tiers)
 			}
 		}
-		// The largest node the pod may use bounds its request.
+		// The largest node the pod may use (most CPU, then memory) bounds
+		// its request, so that it fits that node.
 		var cpu, mem int64
-		for _, n := range f.Nodes {
-			if n.GPUs < p.NumGPU || (len(p.Models) > 0 && !contains(p.Models, n.Model)) {
-				continue
+		largest := func(ok func(FleetNode) bool) {
+			for _, n := range f.Nodes {
+				if ok(n) && (n.CPUMilli > cpu || (n.CPUMilli == cpu && n.MemoryMiB > mem)) {
+					cpu, mem = n.CPUMilli, n.MemoryMiB
+				}
 			}
-			cpu, mem = max(cpu, n.CPUMilli), max(mem, n.MemoryMiB)
 		}
+		largest(func(n FleetNode) bool {
+			return n.GPUs >= p.NumGPU && (len(p.Models) == 0 || contains(p.Models, n.Model))
+		})
 		if cpu == 0 {
-			// No node has that many GPUs: the fleet's largest nodes.
+			// No node it may use has that many GPUs (8-GPU jobs on a fleet
+			// of 4-GPU nodes): the fleet's largest GPU count, on any model.
 			g := 0
 			for _, n := range f.Nodes {
 				g = max(g, n.GPUs)
 			}
 			p.NumGPU, p.Models = g, nil
-			for _, n := range f.Nodes {
-				if n.GPUs == g {
-					cpu, mem = max(cpu, n.CPUMilli), max(mem, n.MemoryMiB)
-				}
-			}
+			largest(func(n FleetNode) bool { return n.GPUs == g })
 		}
 		p.CPUMilli, p.MemoryMiB = min(p.CPUMilli, cpu/2), min(p.MemoryMiB, mem/2)
 		if k.NumGPU == 0 {
