@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand"
+	"slices"
 	"testing"
 )
 
@@ -169,7 +170,7 @@ func exhaustive(nodes []NodeRow, pods []PodRow) int64 {
 			if p.CPUMilli > s.cpu[ni] || p.MemoryMiB > s.mem[ni] {
 				continue
 			}
-			if p.NumGPU > 0 && len(p.Models) > 0 && !containsStr(p.Models, n.Model) {
+			if p.NumGPU > 0 && len(p.Models) > 0 && !slices.Contains(p.Models, n.Model) {
 				continue
 			}
 			s.cpu[ni] -= p.CPUMilli
@@ -196,15 +197,6 @@ func exhaustive(nodes []NodeRow, pods []PodRow) int64 {
 	}
 	place(0, 0)
 	return best
-}
-
-func containsStr(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // No replay allocates more than the bound of its arrival: the real

@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -160,13 +161,13 @@ func tierModels(f *Fleet, tiers []int) []string {
 	pick := func(ok func(int) bool) []string {
 		var out []string
 		for _, n := range f.Nodes {
-			if ok(n.Tier) && !contains(out, n.Model) {
+			if ok(n.Tier) && !slices.Contains(out, n.Model) {
 				out = append(out, n.Model)
 			}
 		}
 		return out
 	}
-	if m := pick(func(t int) bool { return containsInt(tiers, t) }); len(m) > 0 {
+	if m := pick(func(t int) bool { return slices.Contains(tiers, t) }); len(m) > 0 {
 		return m
 	}
 	best := 99
@@ -174,24 +175,6 @@ func tierModels(f *Fleet, tiers []int) []string {
 		best = min(best, n.Tier)
 	}
 	return pick(func(t int) bool { return t == best })
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
-
-func containsInt(list []int, v int) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // pickShare draws an index with probability proportional to its share.
@@ -276,7 +259,7 @@ func Synthesize(fleetName, mixName string, nodes, pods int, seed int64) (*Trace,
 			}
 		}
 		largest(func(n FleetNode) bool {
-			return n.GPUs >= p.NumGPU && (len(p.Models) == 0 || contains(p.Models, n.Model))
+			return n.GPUs >= p.NumGPU && (len(p.Models) == 0 || slices.Contains(p.Models, n.Model))
 		})
 		if cpu == 0 {
 			// No node it may use has that many GPUs (8-GPU jobs on a fleet

@@ -3,6 +3,7 @@ package simulator
 import (
 	"context"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -46,7 +47,7 @@ func TestSynthesize(t *testing.T) {
 				fits := false
 				for _, n := range tr.Nodes {
 					if p.CPUMilli <= n.CPUMilli && p.MemoryMiB <= n.MemoryMiB && p.NumGPU <= n.GPUs &&
-						(len(p.Models) == 0 || contains(p.Models, n.Model)) {
+						(len(p.Models) == 0 || slices.Contains(p.Models, n.Model)) {
 						fits = true
 						break
 					}
