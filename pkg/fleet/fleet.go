@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/fakedra"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fakehami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
@@ -42,6 +43,13 @@ type Node struct {
 	// this split count: it registers the devices by UUID, and allocatable
 	// nvidia.com/gpu counts its slots (healthy GPUs x split).
 	HAMiSplit int
+	// DRA, if set (fakedra.NVIDIA or fakedra.HAMi), publishes the GPUs
+	// through a fake DRA driver of that style instead of a device plugin:
+	// the node's allocatable has no nvidia.com/gpu. With DevicePluginToo,
+	// a device plugin advertises the same GPUs as well (a misconfigured
+	// node: both views of one GPU).
+	DRA             string
+	DevicePluginToo bool
 }
 
 // HAMiDevices are the devices the node's HAMi plugin registers (the last
@@ -67,7 +75,8 @@ func (n Node) Object() *v1.Node {
 	if len(validation.IsValidLabelValue(n.Name)) == 0 {
 		labels[v1.LabelHostname] = n.Name
 	}
-	if n.GPUs > 0 {
+	plugin := n.GPUs > 0 && (n.DRA == "" || n.DevicePluginToo)
+	if plugin {
 		capacity[gpu.ResourceNvidiaGPU] = *resource.NewQuantity(int64(n.GPUs), resource.DecimalSI)
 		labels["nvidia.com/gpu.present"] = "true"
 		labels["nvidia.com/gpu.count"] = strconv.Itoa(n.GPUs)
@@ -90,7 +99,7 @@ func (n Node) Object() *v1.Node {
 	}
 	allocatable := capacity.DeepCopy()
 	var annotations map[string]string
-	if n.GPUs > 0 {
+	if plugin {
 		allocatable[gpu.ResourceNvidiaGPU] = *resource.NewQuantity(int64(n.GPUs-n.Unhealthy), resource.DecimalSI)
 		if n.HAMiSplit > 0 {
 			annotations = map[string]string{"hami.io/node-nvidia-register": fakehami.Register(n.HAMiDevices())}
@@ -152,6 +161,11 @@ func Create(ctx context.Context, client kubernetes.Interface, nodes ...Node) err
 		if !n.NotReady {
 			if err := untaintReady(ctx, client, posted); err != nil {
 				return fmt.Errorf("lifting the not-ready taint of node %s: %w", n.Name, err)
+			}
+		}
+		if n.DRA != "" && n.GPUs > 0 {
+			if err := fakedra.Publish(ctx, client, posted, fakedra.Slice(n.Name, n.DRA, n.GPUs, n.Unhealthy, n.Model, n.MemoryMiB)); err != nil {
+				return err
 			}
 		}
 	}

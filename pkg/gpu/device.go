@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Agent is a node agent that knows the GPUs by identity and delivers and
@@ -34,6 +35,33 @@ type Agent interface {
 	// chosen devices for and not bound yet: the node, and since when it
 	// holds them (ok is false for any other pod, ours included).
 	Pending(pod *v1.Pod) (node string, since time.Time, ok bool)
+}
+
+// ClaimSource is where a node's GPUs come from when a DRA driver publishes
+// them (ResourceSlices) instead of a device plugin, and what the allocated
+// ResourceClaims hold on them, whoever allocated them (pkg/agent/dra). The
+// devices are handed out by the claims' allocator, never by a bind of ours:
+// on such a node the scheduler counts, judges and scores, and delivers no
+// share of its own dialect.
+type ClaimSource interface {
+	// SourceName names the source in messages.
+	SourceName() string
+	// NodeDevices are the GPUs published for the node, in a stable order,
+	// each a whole device (a partition counts on its parent); ok is false
+	// when nothing is published for it.
+	NodeDevices(node string) (devs []Device, ok bool)
+	// Claimed is what each allocated claim holds on the node's devices.
+	Claimed(node string) []ClaimHold
+}
+
+// ClaimHold is what one allocated claim holds on a node.
+type ClaimHold struct {
+	// Name is namespace/name, for messages.
+	Name string
+	// Consumers are the pods the claim is reserved for or owned by: they
+	// hold its devices through it, never a second time by their request.
+	Consumers []types.UID
+	Uses      []DeviceUse
 }
 
 // AgentState is what an agent says of a node.

@@ -18,6 +18,10 @@ type NodeOptions struct {
 	MemoryLabel   string
 	// Agent, if set, reports the devices of the nodes it serves.
 	Agent Agent
+	// Claims, if set, reports the devices DRA publishes, and the claims
+	// on them. A node it reports devices for takes them from there, even
+	// where a device plugin also advertises GPUs (DoubleView).
+	Claims ClaimSource
 }
 
 // DefaultNodeOptions reads nvidia.com/gpu and the GFD labels.
@@ -47,10 +51,18 @@ type Inventory struct {
 	// and labels); Devices are its devices, in its order.
 	Agent   string
 	Devices []Device
+	// Claimed: the devices come from a ClaimSource, whose claims hold
+	// them; shares of the request dialect are not delivered there.
+	Claimed bool
+	// DoubleView says why the node's GPUs are also advertised by a device
+	// plugin, the same devices seen twice ("" when not): they count once,
+	// as the ClaimSource publishes them.
+	DoubleView string
 }
 
-// Delivers reports whether the node's agent delivers and enforces shares.
-func (inv *Inventory) Delivers() bool { return inv.Agent != "" }
+// Delivers reports whether the node's agent delivers and enforces shares of
+// the request dialect.
+func (inv *Inventory) Delivers() bool { return inv.Agent != "" && !inv.Claimed }
 
 // DeviceIndex is the index of the device with the UUID, or -1.
 func (inv *Inventory) DeviceIndex(uuid string) int {
@@ -67,6 +79,14 @@ func (inv *Inventory) TooMany() bool { return inv.Reported > MaxDevices }
 
 // ReadInventory reads a node's devices from its allocatable and GFD labels.
 func ReadInventory(node *v1.Node, opts NodeOptions) Inventory {
+	if opts.Claims != nil {
+		if devs, ok := opts.Claims.NodeDevices(node.Name); ok && len(devs) > 0 {
+			inv := readAgentInventory(devs, opts.Claims.SourceName())
+			inv.Claimed = true
+			inv.DoubleView = doubleView(node, opts)
+			return inv
+		}
+	}
 	if opts.Agent != nil {
 		switch devs, st := opts.Agent.Devices(node); st {
 		case Reported:
@@ -98,6 +118,24 @@ func ReadInventory(node *v1.Node, opts NodeOptions) Inventory {
 	inv.ModelFold = strings.ToUpper(inv.Model)
 	inv.MemoryMiB = parseGPUMemoryLabel(node.Labels[opts.MemoryLabel])
 	return inv
+}
+
+// doubleView says which device plugin also advertises a node's GPUs ("" for
+// none). A GPU handed out by both would be handed out twice; DRA drivers
+// and device plugins are not meant to serve one GPU together (HAMi's docs
+// forbid it), so the node is reported.
+func doubleView(node *v1.Node, opts NodeOptions) string {
+	if opts.Agent != nil {
+		if _, st := opts.Agent.Devices(node); st != NotServed {
+			return opts.Agent.AgentName() + "'s device plugin also serves the node"
+		}
+	}
+	for _, name := range opts.ResourceNames {
+		if q, ok := node.Status.Allocatable[name]; ok && q.Sign() > 0 {
+			return "a device plugin also advertises " + string(name) + " " + q.String()
+		}
+	}
+	return ""
 }
 
 // parseGPUMemoryLabel reads MiB per device. Some GFD versions wrote bytes;

@@ -2,8 +2,10 @@ package gpu
 
 import (
 	"math/bits"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -503,7 +505,7 @@ func (t *Tracker) KnownWithoutDevices(node *v1.Node) bool {
 		return false
 	}
 	st := s.cached.Load()
-	return st != nil && st.base != nil && st.base.node == node && st.Count == 0 && !st.TooMany()
+	return st != nil && st.base != nil && st.base.node == node && st.Count == 0 && !st.TooMany() && !st.stale.Load()
 }
 
 // buildStats counts Build's work (Builds).
@@ -596,6 +598,9 @@ const (
 	HoldAssignment  = "assignment"
 	HoldReservation = "reservation"
 	HoldRequest     = "request"
+	// HoldClaim: an allocated ResourceClaim (DRA), whoever allocated it;
+	// a pod it serves holds nothing more.
+	HoldClaim = "claim"
 	// HoldAgent: the node agent's record of the pod (HAMi's
 	// vgpu-devices-allocated).
 	HoldAgent = "agent"
@@ -633,7 +638,7 @@ func holds(pod *v1.Pod, node string, inv *Inventory, opts RequestOptions) (h hol
 		req = Request{Count: int32(min(WholeGPUs(pod, opts), MaxDevices+1))}
 	}
 	if !req.HasGPU() {
-		if invalid && inv.Devices != nil {
+		if invalid && inv.Devices != nil && !inv.Claimed {
 			// A request we cannot read (several containers with
 			// shares, say) may still have the agent's record.
 			if uses, has := opts.Agent.Uses(pod, node); has && usesKnown(uses, inv) {
@@ -671,6 +676,10 @@ func holdsOnAgent(pod *v1.Pod, node string, inv *Inventory, opts RequestOptions,
 	h := hold{devices: devices, share: sh, milli: MilliPerGPU}
 	if len(inv.Devices) > 0 && sh != Exclusive {
 		h.milli = sh.milliOn(&inv.Devices[0])
+	}
+	if inv.Claimed {
+		// Only claims record devices there (Tracker.compute).
+		return h
 	}
 	uses, has := opts.Agent.Uses(pod, node)
 	if !has || !usesKnown(uses, inv) || (!invalid && int32(len(uses)) < devices) {
@@ -749,6 +758,10 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 			Devices: devices, Milli: milli, Source: source, Ignored: ignored, Fits: true, Mask: mask})
 		return len(*explain) - 1
 	}
+	var claims []ClaimHold
+	if st.Claimed {
+		claims = t.opts.Claims.Claimed(node.Name)
+	}
 	var nominees []*v1.Pod
 	read := 0
 	for i, pod := range pods {
@@ -781,6 +794,18 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 		if !reserved && !UsesGPU(pod, t.reqOpts) {
 			if v, has := pod.Annotations[AnnotationAssignment]; has && explain != nil {
 				note(pod, 0, 0, HoldRequest, "assignment "+strconv.Quote(v)+" on a pod that requests no GPU", 0)
+			}
+			continue
+		}
+		if st.Claimed && servedByClaim(pod, claims) {
+			// Its claim holds its devices (below), whoever allocated it.
+			note(pod, 0, 0, HoldClaim, "", 0)
+			if reserved {
+				handled[pod.UID] = true
+				if snapshot {
+					delete(s.reservations, pod.UID)
+					done = append(done, pod.UID)
+				}
 			}
 			continue
 		}
@@ -831,7 +856,7 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 				ignored = "assignment " + strconv.Quote(v) + " does not match the pod's request and node"
 			}
 		}
-		if st.agent != nil && explain != nil {
+		if st.agent != nil && !st.Claimed && explain != nil {
 			if _, has := t.reqOpts.Agent.Uses(pod, node.Name); has {
 				ignored = st.Agent + "'s device record does not match the pod's request and node"
 			}
@@ -861,6 +886,15 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 				Devices: int32(bits.OnesCount64(r.Choice.Mask)), Milli: r.Choice.Milli, Source: HoldReservation, Fits: true, Mask: r.Choice.Mask})
 		}
 	}
+	for i := range claims {
+		c := &claims[i]
+		st.TakeUses(c.Uses)
+		if explain != nil {
+			ns, name, _ := strings.Cut(c.Name, "/")
+			*explain = append(*explain, Holding{Namespace: ns, Name: name, Devices: int32(len(c.Uses)),
+				Source: HoldClaim, Fits: true, Mask: usesMask(c.Uses, &st.Inventory)})
+		}
+	}
 	if len(loose) > 0 && st.agent != nil {
 		st.layDownAgent(loose)
 	} else if len(loose) > 0 {
@@ -879,6 +913,23 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 	}
 	buildStats.read.Add(uint64(read))
 	return st
+}
+
+// servedByClaim reports whether a GPU pod on a node whose devices DRA
+// publishes gets them through a claim: its extended resource was allocated
+// as one, or an allocated claim there is reserved for it. Any other GPU pod
+// there (in flight, or served by a device plugin beside DRA) is laid down by
+// its request.
+func servedByClaim(pod *v1.Pod, claims []ClaimHold) bool {
+	if pod.Status.ExtendedResourceClaimStatus != nil {
+		return true
+	}
+	for i := range claims {
+		if slices.Contains(claims[i].Consumers, pod.UID) {
+			return true
+		}
+	}
+	return false
 }
 
 // usesMask is the devices an agent's record names.
@@ -1102,6 +1153,17 @@ func (t *Tracker) Reservations() []ReservationEntry {
 		return out[i].UID < out[j].UID
 	})
 	return out
+}
+
+// Touch records a change of what a node's devices are or hold that neither
+// the node object nor its pods show (a ResourceSlice, a ResourceClaim): no
+// state computed before is current.
+func (t *Tracker) Touch(node string) {
+	if s := t.slot(node, false); s != nil {
+		s.mu.Lock()
+		s.bump()
+		s.mu.Unlock()
+	}
 }
 
 // ForgetNode drops a deleted node's cache and reservations.

@@ -12,6 +12,7 @@ package overcommit
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -38,6 +39,9 @@ const (
 	ReasonOvercommitted = "GPUOvercommitted"
 	ReasonResolved      = "GPUOvercommitResolved"
 	ReasonTooManyGPUs   = "TooManyGPUs"
+	// ReasonGPUsSeenTwice: a DRA driver publishes the node's GPUs and a
+	// device plugin advertises them too.
+	ReasonGPUsSeenTwice = "GPUsSeenTwice"
 	// ReasonAssignmentIgnored is on a pod whose assignment does not agree
 	// with its request (edited, forged, or left from another node).
 	ReasonAssignmentIgnored = "GPUAssignmentIgnored"
@@ -103,6 +107,7 @@ type Monitor struct {
 	told        map[string]bool      // overcommitted, as last reported by Event
 	refused     map[string]bool
 	toldRefused map[string]bool
+	toldTwice   map[string]bool
 	// ignored are the pods told that their assignment does not count.
 	ignored map[types.UID]bool
 	// handshook are the pods whose failed handshake was reported.
@@ -127,7 +132,7 @@ func New(src Source, pods, nodes cache.SharedIndexInformer, recorder events.Even
 	m := &Monitor{src: src, nodes: nodes, pods: pods, recorder: recorder, active: active, reqOpts: reqOpts, resync: resync, grace: Grace,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpu-scheduler-overcommit"}),
-		over: map[string]time.Time{}, told: map[string]bool{}, refused: map[string]bool{}, toldRefused: map[string]bool{},
+		over: map[string]time.Time{}, told: map[string]bool{}, refused: map[string]bool{}, toldRefused: map[string]bool{}, toldTwice: map[string]bool{},
 		ignored: map[types.UID]bool{}, handshook: map[types.UID]bool{}, handshakeTimeout: handshakeTimeout}
 	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) { m.onPod(nil, obj) },
@@ -289,6 +294,7 @@ func (m *Monitor) check(ctx context.Context, name string) error {
 		m.mu.Lock()
 		delete(m.told, name)
 		delete(m.toldRefused, name)
+		delete(m.toldTwice, name)
 		m.mu.Unlock()
 		return nil
 	}
@@ -312,8 +318,15 @@ func (m *Monitor) check(ctx context.Context, name string) error {
 	}
 	m.checkLock(ctx, node)
 	m.mu.Lock()
-	told, toldRefused := m.told[name], m.toldRefused[name]
+	told, toldRefused, toldTwice := m.told[name], m.toldRefused[name], m.toldTwice[name]
+	m.toldTwice[name] = st.DoubleView != ""
 	m.mu.Unlock()
+	if st.DoubleView != "" && !toldTwice {
+		logger.Info("the node's GPUs are published through DRA and advertised by a device plugin: each counts once, as DRA publishes it",
+			"node", klog.KObj(node), "devicePlugin", st.DoubleView)
+		m.event(node, v1.EventTypeWarning, ReasonGPUsSeenTwice,
+			"the GPUs are published through DRA and %s: both would hand out the same devices. gpu-scheduler counts each GPU once, as DRA publishes it, and lays the device plugin's pods on them; run one of the two", st.DoubleView)
+	}
 
 	m.tellIgnored(holdings)
 	if tooMany && !toldRefused {
@@ -346,9 +359,12 @@ func (m *Monitor) check(ctx context.Context, name string) error {
 		logger.Info("GPUs overcommitted: the pods bound to the node hold more than its devices have; no GPU pod of ours goes there until they fit",
 			"node", klog.KObj(node), "devices", st.Count, "unhealthy", st.Unhealthy, "doNotFit", misfits, "pods", all)
 		note := "pods bound to this node hold more GPU than it has"
+		claims := slices.ContainsFunc(holdings, func(h gpu.Holding) bool { return h.Source == gpu.HoldClaim })
 		switch {
 		case len(misfits) > 0:
 			note += "; counted beyond its devices: " + strings.Join(misfits, ", ")
+		case claims:
+			note += " (DRA claims and assignments collide on a device)"
 		default:
 			note += " (assignments collide on a device)"
 		}
@@ -432,6 +448,10 @@ func (m *Monitor) set(name string, over, tooMany bool) time.Time {
 	refusedNodes.Set(float64(len(m.refused)))
 	return since
 }
+
+// Touch has a node judged again: what its devices hold changed outside the
+// node and its pods (a DRA claim or slice).
+func (m *Monitor) Touch(node string) { m.queue.Add(node) }
 
 // Overcommitted lists the nodes judged overcommitted (tests, tools).
 func (m *Monitor) Overcommitted() []string {

@@ -482,6 +482,13 @@ func rechecks(pod *v1.Pod, plugins []string, opts gpu.RequestOptions) bool {
 			if !onlyModelledResources(pod, opts) {
 				return false
 			}
+		case names.DynamicResources:
+			// Without claims of its own, the pod asks DRA only for its
+			// GPUs (an extended resource a DeviceClass maps): whether
+			// they are free is what the view counts, claims included.
+			if len(pod.Spec.ResourceClaims) > 0 || !onlyModelledResources(pod, opts) {
+				return false
+			}
 		default:
 			return false
 		}

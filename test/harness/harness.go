@@ -30,6 +30,7 @@ import (
 
 	"github.com/gpu-scheduler/gpu-scheduler/manifests"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/fakedra"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fakekubelet"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
@@ -223,6 +224,7 @@ func (c *Cluster) NewScope(t testing.TB) *Scope {
 		c.Client.CoreV1().Namespaces().Delete(bg, s.NS, metav1.DeleteOptions{})
 		for _, n := range s.nodes {
 			c.Client.CoreV1().Nodes().Delete(bg, n, metav1.DeleteOptions{})
+			fakedra.Unpublish(bg, c.Client, n) // no garbage collector here
 		}
 	})
 	return s

@@ -16,6 +16,7 @@ func (in *GPUFitArgs) DeepCopyObject() runtime.Object {
 	out := *in
 	out.GPUResourceNames = slices.Clone(in.GPUResourceNames)
 	out.VolatileNodeLabels = slices.Clone(in.VolatileNodeLabels)
+	out.DRA.Drivers = slices.Clone(in.DRA.Drivers)
 	return &out
 }
 

@@ -5,6 +5,8 @@ package config
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/dra"
 )
 
 // GPUFitArgs configures GPUFit: where devices and requests are read from, and
@@ -30,6 +32,15 @@ type GPUFitArgs struct {
 	AccountingOnlySharing bool
 	// HAMi configures the HAMi device-plugin protocol.
 	HAMi HAMiArgs
+	// DRA configures GPUs published through DRA.
+	DRA DRAArgs
+}
+
+// DRAArgs configures GPUs published through Dynamic Resource Allocation.
+type DRAArgs struct {
+	// Enabled reads the drivers' ResourceSlices and the allocated claims.
+	Enabled bool
+	Drivers []dra.Driver
 }
 
 // HAMiArgs configures how nodes that run HAMi's device plugin are served.

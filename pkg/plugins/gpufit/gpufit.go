@@ -28,6 +28,7 @@ import (
 	"k8s.io/kubernetes/pkg/features"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/dra"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
@@ -84,8 +85,10 @@ func Reason(o gpu.Outcome) string { return reasons[o] }
 
 // GPUFit filters nodes by their devices and owns the device reservations.
 type GPUFit struct {
-	handle  fwk.Handle
-	shared  *shared.Shared
+	handle fwk.Handle
+	shared *shared.Shared
+	// claims is the DRA index (nil when DRA is not read).
+	claims  *dra.Index
 	args    *config.GPUFitArgs
 	reqOpts gpu.RequestOptions
 	hints   bool
@@ -152,6 +155,20 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	s := shared.For(h)
 	context.AfterFunc(ctx, func() { shared.Forget(h) })
+	var claims *dra.Index
+	if f := h.SharedInformerFactory(); f != nil && args.DRA.Enabled && len(args.DRA.Drivers) > 0 {
+		x, fresh, err := s.ClaimIndex(args.DRA.Drivers)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", Name, err)
+		}
+		if fresh {
+			if err := feedClaimIndex(x, f, s.Released); err != nil {
+				return nil, fmt.Errorf("%s: %w", Name, err)
+			}
+		}
+		opts.Claims = x
+		claims = x
+	}
 	if err := s.Configure(opts); err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
@@ -162,6 +179,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		reqOpts: gpu.RequestOptions{ResourceNames: opts.ResourceNames, Agent: opts.Agent, NeedsDelivery: !args.AccountingOnlySharing},
 		hints:   args.Requeue.QueueingHints,
 		ctx:     ctx,
+		claims:  claims,
 	}
 	pl.inFlight.Store(int64(bindInFlight))
 	if opts.Agent != nil && h.ClientSet() != nil {
@@ -208,6 +226,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 				time.Duration(args.HAMi.NodeLockExpirySeconds)*time.Second)
 			if err != nil {
 				return nil, err
+			}
+			if claims != nil {
+				claims.AddListener(mon.Touch)
 			}
 			if opts.Agent != nil && h.ClientSet() != nil {
 				mon.ReleaseStaleLocks(h.ClientSet(), pl.abandoned, abandonAfter)
@@ -543,6 +564,8 @@ type reserveState struct {
 	// delivery is the bind through the node's agent when it delivers the
 	// pod's GPUs (nil otherwise).
 	delivery agent.Delivery
+	// claimed: the node's GPUs are DRA's, handed out by its claims.
+	claimed bool
 }
 
 // bindAttempt is what a failed cycle knows of its bind.
@@ -596,7 +619,7 @@ func (pl *GPUFit) reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 		return fwk.NewStatus(fwk.Unschedulable, ErrReasonDevicesChanged)
 	}
 	seq := pl.shared.Tracker().Reserve(nodeName, pod.UID, gpu.Reservation{Namespace: pod.Namespace, Name: pod.Name, Choice: choice, Since: time.Now()})
-	rs := &reserveState{node: nodeName, choice: choice, seq: seq}
+	rs := &reserveState{node: nodeName, choice: choice, seq: seq, claimed: st.Claimed}
 	if st.Delivers() && pl.binder != nil && gpu.WholeGPUs(pod, pl.reqOpts) > 0 {
 		// The device plugin is asked for the pod's GPUs: it hands out
 		// the devices chosen here, with their limits.
@@ -945,6 +968,11 @@ func (pl *GPUFit) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 // on a node whose HAMi device plugin delivers the pod's GPUs, what that
 // plugin reads.
 func (pl *GPUFit) bindAnnotations(rs *reserveState, node string) map[string]string {
+	if rs.claimed {
+		// DRA's allocator chooses the devices and its claim records
+		// them: an assignment of ours would name others.
+		return nil
+	}
 	a := map[string]string{gpu.AnnotationAssignment: gpu.NewAssignment(node, rs.choice).String()}
 	if rs.delivery != nil {
 		for k, v := range rs.delivery.Annotations(time.Now()) {

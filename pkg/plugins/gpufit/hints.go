@@ -37,6 +37,14 @@ func (pl *GPUFit) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHin
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPodDelete},
 		{Event: fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.Update}, QueueingHintFn: pl.isSchedulableAfterTargetPodUpdate},
 	}
+	if pl.claims != nil {
+		// DRA's GPUs: published, or freed by a claim.
+		events = append(events,
+			fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.ResourceSlice, ActionType: fwk.Add | fwk.Update},
+				QueueingHintFn: pl.isSchedulableAfterSliceChange},
+			fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Update | fwk.Delete},
+				QueueingHintFn: pl.isSchedulableAfterClaimChange})
+	}
 	if pl.narrow != nil {
 		// Bound pods that come or go without freeing a GPU: the queue
 		// visits only the pods some other plugin rejected (narrow.go).

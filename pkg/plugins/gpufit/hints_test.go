@@ -37,6 +37,9 @@ func TestEventsToRegister(t *testing.T) {
 		{Resource: fwk.TargetPod, ActionType: fwk.Update}:                                                                      true,
 		// Only to narrow the queue's walk (narrow.go); its hint skips.
 		{Resource: fwk.AssignedPod, ActionType: fwk.Add}: true,
+		// GPUs that DRA drivers publish, and claims that free them.
+		{Resource: fwk.ResourceSlice, ActionType: fwk.Add | fwk.Update}:    true,
+		{Resource: fwk.ResourceClaim, ActionType: fwk.Update | fwk.Delete}: true,
 	}
 	if len(events) != len(want) {
 		t.Fatalf("got %d events", len(events))

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/dra"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
 )
 
@@ -89,6 +90,13 @@ func Convert_v1_GPUFitArgs_To_config_GPUFitArgs(in *GPUFitArgs, out *config.GPUF
 		out.HAMi = config.HAMiArgs{Enabled: ptr.Deref(h.Enabled, false), NodeLockExpirySeconds: ptr.Deref(h.NodeLockExpirySeconds, 0),
 			LockWaitSeconds: ptr.Deref(h.LockWaitSeconds, 0)}
 	}
+	out.DRA = config.DRAArgs{}
+	if d := in.DRA; d != nil {
+		out.DRA.Enabled = ptr.Deref(d.Enabled, false)
+		for _, v := range d.Drivers {
+			out.DRA.Drivers = append(out.DRA.Drivers, dra.Driver(v))
+		}
+	}
 	out.Requeue = config.RequeueArgs{}
 	if r := in.Requeue; r != nil {
 		out.Requeue = config.RequeueArgs{
@@ -118,6 +126,10 @@ func Convert_config_GPUFitArgs_To_v1_GPUFitArgs(in *config.GPUFitArgs, out *GPUF
 	out.AssignmentWrite = ptr.To(in.AssignmentWrite)
 	out.AccountingOnlySharing = ptr.To(in.AccountingOnlySharing)
 	out.HAMi = &HAMiArgs{Enabled: ptr.To(in.HAMi.Enabled), NodeLockExpirySeconds: ptr.To(in.HAMi.NodeLockExpirySeconds), LockWaitSeconds: ptr.To(in.HAMi.LockWaitSeconds)}
+	out.DRA = &DRAArgs{Enabled: ptr.To(in.DRA.Enabled), Drivers: []DRADriver{}}
+	for _, d := range in.DRA.Drivers {
+		out.DRA.Drivers = append(out.DRA.Drivers, DRADriver(d))
+	}
 	r := in.Requeue
 	out.Requeue = &RequeueArgs{
 		Enabled:                   ptr.To(r.Enabled),

@@ -26,6 +26,9 @@ func (in *GPUFitArgs) DeepCopyObject() runtime.Object {
 	if h := in.HAMi; h != nil {
 		out.HAMi = &HAMiArgs{Enabled: clonePtr(h.Enabled), NodeLockExpirySeconds: clonePtr(h.NodeLockExpirySeconds), LockWaitSeconds: clonePtr(h.LockWaitSeconds)}
 	}
+	if d := in.DRA; d != nil {
+		out.DRA = &DRAArgs{Enabled: clonePtr(d.Enabled), Drivers: slices.Clone(d.Drivers)}
+	}
 	if r := in.Requeue; r != nil {
 		out.Requeue = &RequeueArgs{Enabled: clonePtr(r.Enabled), Workers: clonePtr(r.Workers),
 			ResyncPeriodSeconds: clonePtr(r.ResyncPeriodSeconds), BackoffBaseMilliseconds: clonePtr(r.BackoffBaseMilliseconds),

@@ -4,6 +4,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/dra"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
 
@@ -41,6 +42,17 @@ func SetDefaults_GPUFitArgs(obj *GPUFitArgs) {
 	}
 	if obj.HAMi.LockWaitSeconds == nil {
 		obj.HAMi.LockWaitSeconds = ptr.To[int32](30)
+	}
+	if obj.DRA == nil {
+		obj.DRA = &DRAArgs{}
+	}
+	if obj.DRA.Enabled == nil {
+		obj.DRA.Enabled = ptr.To(true)
+	}
+	if obj.DRA.Drivers == nil {
+		for _, d := range dra.DefaultDrivers {
+			obj.DRA.Drivers = append(obj.DRA.Drivers, DRADriver(d))
+		}
 	}
 	if obj.Requeue == nil {
 		obj.Requeue = &RequeueArgs{}

@@ -43,6 +43,42 @@ type GPUFitArgs struct {
 	AccountingOnlySharing *bool `json:"accountingOnlySharing,omitempty"`
 	// HAMi configures nodes that run HAMi's device plugin.
 	HAMi *HAMiArgs `json:"hami,omitempty"`
+	// DRA configures GPUs that DRA drivers publish.
+	DRA *DRAArgs `json:"dra,omitempty"`
+}
+
+// DRAArgs configures GPUs published through Dynamic Resource Allocation.
+type DRAArgs struct {
+	// Enabled reads the GPUs that the drivers publish in ResourceSlices,
+	// and the allocated ResourceClaims on them, whoever allocated them: a
+	// node with such GPUs takes its inventory from there. Default: true.
+	Enabled *bool `json:"enabled,omitempty"`
+	// Drivers are the DRA drivers whose devices are GPUs, and how each
+	// describes them. Default: NVIDIA's (gpu.nvidia.com) and HAMi's
+	// (hami-core-gpu.project-hami.io).
+	Drivers []DRADriver `json:"drivers,omitempty"`
+}
+
+// DRADriver says how one DRA driver describes a GPU. Attribute and capacity
+// names may be given with or without the driver's domain.
+type DRADriver struct {
+	// Name is the driver (ResourceSlice spec.driver).
+	Name string `json:"name"`
+	// TypeAttribute, if set, must equal GPUType on a whole GPU; a device
+	// of another type with a ParentAttribute is a partition of its GPU
+	// (MIG); other devices are not GPUs.
+	TypeAttribute string `json:"typeAttribute,omitempty"`
+	GPUType       string `json:"gpuType,omitempty"`
+	// UUIDAttribute identifies the GPU; ParentAttribute names a
+	// partition's GPU.
+	UUIDAttribute   string `json:"uuidAttribute,omitempty"`
+	ParentAttribute string `json:"parentAttribute,omitempty"`
+	// ProductAttribute is the model (as GFD's nvidia.com/gpu.product).
+	ProductAttribute string `json:"productAttribute,omitempty"`
+	// MemoryCapacity is the device memory in bytes; CoresCapacity, for a
+	// driver that shares by compute, the cores in percent.
+	MemoryCapacity string `json:"memoryCapacity,omitempty"`
+	CoresCapacity  string `json:"coresCapacity,omitempty"`
 }
 
 // HAMiArgs configures how nodes that run HAMi's device plugin are served.

@@ -66,6 +66,27 @@ func ValidateGPUFitArgs(path *field.Path, args *config.GPUFitArgs) error {
 	if args.HAMi.LockWaitSeconds < 0 || args.HAMi.LockWaitSeconds > 600 {
 		errs = append(errs, field.Invalid(hp.Child("lockWaitSeconds"), args.HAMi.LockWaitSeconds, "must be from 0 to 600"))
 	}
+	drivers := map[string]bool{}
+	for i, d := range args.DRA.Drivers {
+		p := path.Child("dra", "drivers").Index(i)
+		switch {
+		case d.Name == "":
+			errs = append(errs, field.Required(p.Child("name"), "the driver's name"))
+		case drivers[d.Name]:
+			errs = append(errs, field.Duplicate(p.Child("name"), d.Name))
+		default:
+			for _, msg := range validation.IsDNS1123Subdomain(d.Name) {
+				errs = append(errs, field.Invalid(p.Child("name"), d.Name, msg))
+			}
+		}
+		drivers[d.Name] = true
+		if d.TypeAttribute != "" && d.GPUType == "" {
+			errs = append(errs, field.Required(p.Child("gpuType"), "the value of typeAttribute on a whole GPU"))
+		}
+		if d.MemoryCapacity == "" {
+			errs = append(errs, field.Required(p.Child("memoryCapacity"), "the capacity with the device memory"))
+		}
+	}
 	r := args.Requeue
 	rp := path.Child("requeue")
 	if r.Workers < 1 || r.Workers > 64 {

@@ -22,6 +22,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/dra"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/internal/objects"
 )
@@ -60,6 +61,9 @@ type Accounting struct {
 	released []func()
 	// podGen counts changes of each node's pods (*atomic.Uint64 by node).
 	podGen sync.Map
+	// claims is the DRA index, made by the first profile that reads DRA
+	// (s.mu).
+	claims *dra.Index
 }
 
 type scoring struct {
@@ -248,6 +252,24 @@ func (s *Shared) Once(task string) bool {
 // is nil for a learned workload; learner is nil for a static one.
 func (s *Shared) SetScoring(sc gpu.Scoring, learner *gpu.Learner, static *gpu.Workload) {
 	s.scoring.Store(&scoring{sc: sc, learner: learner, static: static})
+}
+
+// ClaimIndex is the process's index of the GPUs DRA drivers publish and
+// the claims on them, made on the first call: every profile must read the
+// same drivers (one accounting). A change it sees makes the node's device
+// state stale. fresh is true for the caller that made it (it feeds it).
+func (s *Shared) ClaimIndex(drivers []dra.Driver) (x *dra.Index, fresh bool, err error) {
+	a := s.acc
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.claims != nil {
+		if !reflect.DeepEqual(a.claims.Drivers(), drivers) {
+			return nil, false, fmt.Errorf("every profile's GPUFit must read the same DRA drivers (one device accounting per scheduler)")
+		}
+		return a.claims, false, nil
+	}
+	a.claims = dra.NewIndex(drivers, func(node string) { a.tracker.Load().Touch(node) })
+	return a.claims, true, nil
 }
 
 // Tracker returns the process's device tracker.

@@ -1,0 +1,239 @@
+package dra
+
+import (
+	"slices"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
+)
+
+func str(v string) resourceapi.DeviceAttribute {
+	return resourceapi.DeviceAttribute{StringValue: ptr.To(v)}
+}
+
+func capa(v string) resourceapi.DeviceCapacity {
+	return resourceapi.DeviceCapacity{Value: resource.MustParse(v)}
+}
+
+// nvGPU is a GPU as NVIDIA's driver publishes it.
+func nvGPU(name, uuid, product, mem string) resourceapi.Device {
+	return resourceapi.Device{Name: name,
+		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"type": str("gpu"), "uuid": str(uuid), "productName": str(product),
+			"resource.kubernetes.io/pciBusID": str("0000:3b:00.0")},
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": capa(mem)}}
+}
+
+func nvMIG(name, parent, product, mem string) resourceapi.Device {
+	return resourceapi.Device{Name: name,
+		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"type": str("mig"), "parentUUID": str(parent), "productName": str(product),
+			"profile": str("1g.10gb")},
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": capa(mem), "multiprocessors": capa("14")}}
+}
+
+// hamiGPU is a GPU as HAMi's driver publishes it: shared by capacity.
+func hamiGPU(name, uuid, product, mem string) resourceapi.Device {
+	return resourceapi.Device{Name: name, AllowMultipleAllocations: ptr.To(true),
+		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"type": str("hami-gpu"), "uuid": str(uuid), "productName": str(product)},
+		Capacity:   map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": capa(mem), "cores": capa("100")}}
+}
+
+func slice(name, driver, node string, gen int64, devs ...resourceapi.Device) *resourceapi.ResourceSlice {
+	return &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceSliceSpec{Driver: driver, NodeName: ptr.To(node),
+			Pool: resourceapi.ResourcePool{Name: node, Generation: gen, ResourceSliceCount: 1}, Devices: devs}}
+}
+
+type result = resourceapi.DeviceRequestAllocationResult
+
+func claim(ns, name string, uid types.UID, pods []types.UID, results ...result) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: uid}}
+	if results != nil {
+		c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: results}}
+	}
+	for _, p := range pods {
+		c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "p", UID: p})
+	}
+	return c
+}
+
+func res(driver, pool, dev string) result {
+	return result{Request: "gpu", Driver: driver, Pool: pool, Device: dev}
+}
+
+func TestIndexDevices(t *testing.T) {
+	var told []string
+	x := NewIndex(DefaultDrivers, func(n string) { told = append(told, n) })
+	tainted := nvGPU("gpu-2", "GPU-c", "NVIDIA-A100-SXM4-80GB", "80Gi")
+	tainted.Taints = []resourceapi.DeviceTaint{{Key: "gpu.nvidia.com/xid", Value: "79", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	informational := nvGPU("gpu-1", "GPU-b", "NVIDIA-A100-SXM4-80GB", "80Gi")
+	informational.Taints = []resourceapi.DeviceTaint{{Key: "gpu.nvidia.com/unmonitored", Effect: resourceapi.DeviceTaintEffectNone}}
+	vfio := resourceapi.Device{Name: "gpu-vfio-3", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"type": str("vfio")}}
+	x.SliceChanged(nil, slice("b-slice", NVIDIA.Name, "n1", 1,
+		nvGPU("gpu-0", "GPU-a", "NVIDIA-A100-SXM4-80GB", "80Gi"), informational, tainted, vfio,
+		nvMIG("gpu-4-mig-1g10gb-19-0", "GPU-mig", "NVIDIA-A100-SXM4-80GB", "10Gi"),
+		nvMIG("gpu-4-mig-1g10gb-19-1", "GPU-mig", "NVIDIA-A100-SXM4-80GB", "10Gi")))
+	// An older generation of the pool no longer counts.
+	x.SliceChanged(nil, slice("a-old", NVIDIA.Name, "n1", 0, nvGPU("gpu-9", "GPU-old", "Tesla-T4", "15Gi")))
+	// Another driver's devices are not GPUs.
+	x.SliceChanged(nil, slice("c-net", "net.example.com", "n1", 1, resourceapi.Device{Name: "nic-0"}))
+	devs, ok := x.NodeDevices("n1")
+	if !ok {
+		t.Fatal("no devices on n1")
+	}
+	var got []string
+	for _, d := range devs {
+		got = append(got, d.UUID)
+	}
+	if want := []string{"GPU-a", "GPU-b", "GPU-c", "GPU-mig"}; !slices.Equal(got, want) {
+		t.Fatalf("devices %v, want %v", got, want)
+	}
+	if d := devs[0]; d.Model != "NVIDIA-A100-SXM4-80GB" || d.MemoryMiB != 80*1024 || d.Cores != 100 || d.Slots != 1 || !d.Healthy || d.Cordoned {
+		t.Errorf("GPU-a read as %+v", d)
+	}
+	if !devs[1].Healthy || devs[2].Healthy {
+		t.Errorf("taints: GPU-b healthy %v (effect None), GPU-c healthy %v (NoSchedule)", devs[1].Healthy, devs[2].Healthy)
+	}
+	if d := devs[3]; !d.Cordoned || d.MemoryMiB != 20*1024 || d.Slots != 2 {
+		t.Errorf("a GPU in MIG mode: %+v, want cordoned (no whole-GPU request), 20 GiB from its partitions, 2 slots", d)
+	}
+	if !slices.Contains(told, "n1") {
+		t.Errorf("n1's change not told: %v", told)
+	}
+	if _, ok := x.NodeDevices("n2"); ok {
+		t.Error("n2 has no slice")
+	}
+	// The slice goes: so do its devices.
+	x.SliceChanged(slice("b-slice", NVIDIA.Name, "n1", 1), nil)
+	x.SliceChanged(slice("a-old", NVIDIA.Name, "n1", 0), nil)
+	if devs, ok := x.NodeDevices("n1"); ok {
+		t.Errorf("devices left after the slices went: %v", devs)
+	}
+}
+
+func TestIndexClaims(t *testing.T) {
+	x := NewIndex(DefaultDrivers, nil)
+	x.SliceChanged(nil, slice("nv", NVIDIA.Name, "n1", 1,
+		nvGPU("gpu-0", "GPU-a", "NVIDIA-A100-SXM4-80GB", "80Gi"), nvGPU("gpu-1", "GPU-b", "NVIDIA-A100-SXM4-80GB", "80Gi"),
+		nvMIG("gpu-2-mig-0", "GPU-m", "NVIDIA-A100-SXM4-80GB", "10Gi")))
+	x.SliceChanged(nil, slice("hami", HAMi.Name, "n2", 1, hamiGPU("hami-gpu-0", "GPU-h", "Tesla-T4", "16Gi")))
+
+	whole := claim("ns", "whole", "u1", []types.UID{"pod-1"}, res(NVIDIA.Name, "n1", "gpu-1"))
+	admin := res(NVIDIA.Name, "n1", "gpu-0")
+	admin.AdminAccess = ptr.To(true)
+	monitor := claim("ns", "monitor", "u2", nil, admin)
+	mig := claim("ns", "mig", "u3", nil, res(NVIDIA.Name, "n1", "gpu-2-mig-0"))
+	share := res(HAMi.Name, "n2", "hami-gpu-0")
+	share.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{"cores": resource.MustParse("30"), "memory": resource.MustParse("4Gi")}
+	shared := claim("ns", "share", "u4", nil, share)
+	shared.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "pod-4"}}
+	pending := claim("ns", "pending", "u5", nil) // not allocated
+	other := claim("ns", "other", "u6", nil, res("net.example.com", "n1", "nic-0"))
+	for _, c := range []*resourceapi.ResourceClaim{whole, monitor, mig, shared, pending, other} {
+		x.ClaimChanged(nil, c)
+	}
+	got := x.Claimed("n1")
+	want := []gpu.ClaimHold{
+		{Name: "ns/mig", Uses: []gpu.DeviceUse{{UUID: "GPU-m", MemoryMiB: 10 * 1024, Cores: 100, Slots: 1}}},
+		{Name: "ns/whole", Consumers: []types.UID{"pod-1"}, Uses: []gpu.DeviceUse{{UUID: "GPU-b", MemoryMiB: 80 * 1024, Cores: 100, Slots: 1}}},
+	}
+	if !equalHolds(got, want) {
+		t.Errorf("n1 claims %+v, want %+v (admin access holds nothing; a partition holds its memory of its GPU)", got, want)
+	}
+	got = x.Claimed("n2")
+	want = []gpu.ClaimHold{{Name: "ns/share", Consumers: []types.UID{"pod-4"}, Uses: []gpu.DeviceUse{{UUID: "GPU-h", MemoryMiB: 4096, Cores: 30, Slots: 1}}}}
+	if !equalHolds(got, want) {
+		t.Errorf("n2 claims %+v, want %+v", got, want)
+	}
+	// Deallocated, then deleted.
+	x.ClaimChanged(whole, claim("ns", "whole", "u1", nil))
+	x.ClaimChanged(shared, nil)
+	if got := x.Claimed("n1"); len(got) != 1 || got[0].Name != "ns/mig" {
+		t.Errorf("n1 after the deallocation: %+v", got)
+	}
+	if got := x.Claimed("n2"); len(got) != 0 {
+		t.Errorf("n2 after the deletion: %+v", got)
+	}
+}
+
+func equalHolds(a, b []gpu.ClaimHold) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || !slices.Equal(a[i].Consumers, b[i].Consumers) || !slices.Equal(a[i].Uses, b[i].Uses) {
+			return false
+		}
+	}
+	return true
+}
+
+func gpuPod(uid types.UID, node string, gpus int64) *v1.Pod {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: string(uid), UID: uid}, Spec: v1.PodSpec{NodeName: node,
+		Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{
+			Requests: v1.ResourceList{gpu.ResourceNvidiaGPU: *resource.NewQuantity(gpus, resource.DecimalSI)},
+			Limits:   v1.ResourceList{gpu.ResourceNvidiaGPU: *resource.NewQuantity(gpus, resource.DecimalSI)}}}}}}
+	p.Status.Phase = v1.PodRunning
+	return p
+}
+
+// The accounting of a DRA node: claims hold their devices whoever allocated
+// them, a pod a claim serves holds nothing more, a GPU pod without a claim
+// (in flight, or served by a device plugin beside DRA) is laid down by its
+// request, and a node a device plugin also serves is reported, its GPUs
+// counted once.
+func TestTrackerCountsClaims(t *testing.T) {
+	x := NewIndex(DefaultDrivers, nil)
+	opts := gpu.DefaultNodeOptions
+	opts.Claims = x
+	tr := gpu.NewTracker(opts)
+	x.SliceChanged(nil, slice("nv", NVIDIA.Name, "n1", 1,
+		nvGPU("gpu-0", "GPU-a", "NVIDIA-A100-SXM4-80GB", "80Gi"), nvGPU("gpu-1", "GPU-b", "NVIDIA-A100-SXM4-80GB", "80Gi"),
+		nvGPU("gpu-2", "GPU-c", "NVIDIA-A100-SXM4-80GB", "80Gi"), nvGPU("gpu-3", "GPU-d", "NVIDIA-A100-SXM4-80GB", "80Gi")))
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	served := gpuPod("served", "n1", 1)
+	served.Status.ExtendedResourceClaimStatus = &v1.PodExtendedResourceClaimStatus{ResourceClaimName: "served-gpu"}
+	reserved := gpuPod("reserved", "n1", 1) // its claim names it; the pod does not show it yet
+	loose := gpuPod("loose", "n1", 1)
+	x.ClaimChanged(nil, claim("ns", "served-gpu", "c1", nil, res(NVIDIA.Name, "n1", "gpu-0")))
+	x.ClaimChanged(nil, claim("ns", "reserved", "c2", []types.UID{"reserved"}, res(NVIDIA.Name, "n1", "gpu-1")))
+	x.ClaimChanged(nil, claim("other", "elsewhere", "c3", nil, res(NVIDIA.Name, "n1", "gpu-2")))
+
+	st := tr.Compute(node, []*v1.Pod{served, reserved, loose}, 0, 0, "", false)
+	if !st.Claimed || st.Count != 4 || st.DoubleView != "" {
+		t.Fatalf("inventory %+v", st.Inventory)
+	}
+	if st.Overcommitted {
+		t.Fatal("overcommitted: a pod served by a claim was counted twice")
+	}
+	if out, _, _ := st.Fit(&gpu.Request{Count: 1}); out != gpu.TooFewFreeDevices {
+		t.Errorf("4 GPUs, 3 claims, 1 pod without a claim: a GPU fits (%v)", out)
+	}
+	st = tr.Compute(node, []*v1.Pod{served, reserved}, 0, 0, "", false)
+	if out, _, _ := st.Fit(&gpu.Request{Count: 1}); out != gpu.Fits {
+		t.Errorf("one GPU left: %v", out)
+	}
+	if out, _, _ := st.Fit(&gpu.Request{Count: 2}); out != gpu.TooFewFreeDevices {
+		t.Errorf("two GPUs fit where one is left: %v", out)
+	}
+	// Shares of the request dialect are not delivered on a DRA node.
+	if out, _, _ := st.Fit(&gpu.Request{Count: 1, Milli: 500, Slot: true, NeedsDelivery: true}); out != gpu.NoShareDelivery {
+		t.Errorf("a share on a DRA node: %v", out)
+	}
+	// A claim more than the node has overcommits it.
+	x.ClaimChanged(nil, claim("other", "twice", "c4", nil, res(NVIDIA.Name, "n1", "gpu-0")))
+	if st := tr.Compute(node, []*v1.Pod{served, reserved}, 0, 0, "", false); !st.Overcommitted {
+		t.Error("two claims on one exclusive GPU: not overcommitted")
+	}
+	// A device plugin that also advertises the GPUs.
+	node.Status.Allocatable = v1.ResourceList{gpu.ResourceNvidiaGPU: resource.MustParse("4")}
+	if st := tr.Compute(node, nil, 0, 0, "", false); st.Count != 4 || st.DoubleView == "" {
+		t.Errorf("double view: count %d, reported %q", st.Count, st.DoubleView)
+	}
+}
