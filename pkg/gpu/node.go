@@ -366,6 +366,42 @@ func NewNodeState(name string, inv Inventory, cpuFree int64) *NodeState {
 	return s
 }
 
+// DeviceOrder ranks the node's devices for an allocator that takes the
+// first that fits (DRA's): the most used first, so that a share goes to the
+// device it fits most tightly and whole devices stay free for requests that
+// need them (best fit); equal ones, and the free ones, in index order;
+// devices that take nothing (unhealthy, cordoned) last. rank[i] is device
+// i's place.
+func (s *NodeState) DeviceOrder(rank []int) []int {
+	n := int(s.Count)
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	usable := func(i int) bool {
+		if s.agent == nil {
+			return true
+		}
+		d := &s.agent.devs[i]
+		return d.Healthy && !d.Cordoned
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		ua, ub := usable(a), usable(b)
+		if ua != ub {
+			if ua {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(s.Free[a], s.Free[b])
+	})
+	rank = slices.Grow(rank[:0], n)[:n]
+	for place, i := range idx {
+		rank[i] = place
+	}
+	return rank
+}
+
 // Clone copies the state, without its memoised fragmentation.
 func (s *NodeState) Clone() *NodeState {
 	c := &NodeState{Name: s.Name, Inventory: s.Inventory, Free: s.Free, CPUFree: s.CPUFree, MemFree: s.MemFree, Overcommitted: s.Overcommitted, Prio: s.Prio}

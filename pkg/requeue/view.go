@@ -482,7 +482,7 @@ func rechecks(pod *v1.Pod, plugins []string, opts gpu.RequestOptions) bool {
 			if !onlyModelledResources(pod, opts) {
 				return false
 			}
-		case names.DynamicResources:
+		case names.DynamicResources, GPUDynamicResourcesName:
 			// Without claims of its own, the pod asks DRA only for its
 			// GPUs (an extended resource a DeviceClass maps): whether
 			// they are free is what the view counts, claims included.
@@ -498,6 +498,10 @@ func rechecks(pod *v1.Pod, plugins []string, opts gpu.RequestOptions) bool {
 
 // GPUFitName is the plugin's name (the framework's status names it).
 const GPUFitName = "GPUFit"
+
+// GPUDynamicResourcesName is the in-tree DynamicResources plugin as the
+// shipped profile runs it (pkg/plugins/gpudra).
+const GPUDynamicResourcesName = "GPUDynamicResources"
 
 func onlyModelledResources(pod *v1.Pod, opts gpu.RequestOptions) bool {
 	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})

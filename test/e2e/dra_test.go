@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -252,4 +253,49 @@ func TestDRAAndDevicePluginSeeOneGPU(t *testing.T) {
 	t.Logf("plugin-pod waits: %s", s.WaitReason(bindTimeout, "plugin-pod", gpufit.ErrReasonTooFewFree))
 	deleteClaim(t, s, "both-gpus")
 	s.WaitBound(bindTimeout, "plugin-pod")
+}
+
+// claimPod is a pod of gpu-scheduler's that uses a claim of its own asking
+// a share of one GPU by capacity (HAMi's DRA driver).
+func claimPod(t *testing.T, s *harness.Scope, name, cores, memory string) *v1.Pod {
+	t.Helper()
+	req := resourceapi.ExactDeviceRequest{DeviceClassName: fakedra.DriverName(fakedra.HAMi), AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
+		Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+			"cores": resource.MustParse(cores), "memory": resource.MustParse(memory)}}}
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: s.NS, Name: name},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}}}}}
+	if _, err := cluster.Client.ResourceV1().ResourceClaims(s.NS).Create(s.Ctx, c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := s.Pod(harness.PodSpec{Name: name})
+	p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(name)}}
+	p.Spec.Containers[0].Resources.Claims = []v1.ResourceClaim{{Name: "gpu"}}
+	return p
+}
+
+// The device a claim gets follows our order, not the allocator's first fit:
+// a share goes to the GPU another share already uses (best fit), and the
+// free GPU stays whole. Upstream's allocator would take hami-gpu-0, the
+// first in the slice.
+func TestDRADeviceChoice(t *testing.T) {
+	s := cluster.NewScope(t)
+	installDRAClasses(t, s, false)
+	s.AddNodes(fleet.Node{Name: "hami", CPU: "32", Memory: "128Gi", GPUs: 2, Model: "Tesla-T4", MemoryMiB: 15360, DRA: fakedra.HAMi})
+	node := s.Node("hami")
+	outsideClaim(t, s, "used", fakedra.HAMi, node, map[resourceapi.QualifiedName]resource.Quantity{
+		"cores": resource.MustParse("30"), "memory": resource.MustParse("4Gi")}, "hami-gpu-1")
+	s.Create(claimPod(t, s, "share", "20", "2Gi"))
+	if n := s.WaitBound(bindTimeout, "share")["share"].Spec.NodeName; n != node {
+		t.Fatalf("share on %q", n)
+	}
+	held := claimedDevices(t, s)
+	if got := held[node+"/hami-gpu-1"]; !slices.Contains(got, "share") {
+		t.Errorf("the share got %v, want hami-gpu-1 beside the other share (best fit); claims by device: %v", got, held)
+	}
+	// A claim of a whole GPU (no capacity asked: all of it) takes the free one.
+	s.Create(claimPod(t, s, "whole", "100", "15Gi"))
+	s.WaitBound(bindTimeout, "whole")
+	if got := claimedDevices(t, s)[node+"/hami-gpu-0"]; !slices.Contains(got, "whole") {
+		t.Errorf("the whole GPU went elsewhere: %v", claimedDevices(t, s))
+	}
 }

@@ -83,6 +83,15 @@ func NewIndex(drivers []Driver, changed func(node string)) *Index {
 // Drivers are the drivers the index reads, as given.
 func (x *Index) Drivers() []Driver { return x.order }
 
+// GPUOf is the GPU a published device is, or is a partition of, and the
+// node it is on.
+func (x *Index) GPUOf(id DeviceID) (node, uuid string, ok bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	d, ok := x.devices[id]
+	return d.node, d.uuid, ok
+}
+
 // Reads reports whether the index reads the driver's devices.
 func (x *Index) Reads(driver string) bool {
 	_, ok := x.drivers[driver]

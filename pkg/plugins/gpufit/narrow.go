@@ -14,6 +14,8 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/requeue"
 )
 
 var _ fwk.PreEnqueuePlugin = &GPUFit{}
@@ -321,6 +323,7 @@ func (n *narrower) candidates() []types.NamespacedName {
 var blindToBoundPods = map[string]bool{
 	names.NodeName: true, names.NodeUnschedulable: true, names.TaintToleration: true, names.NodeAffinity: true,
 	names.VolumeBinding: true, names.VolumeZone: true, names.DynamicResources: true, names.NodeDeclaredFeatures: true,
+	requeue.GPUDynamicResourcesName: true,
 }
 
 // recordRejectors leaves the pod out of the bound-pod events the queue

@@ -28,6 +28,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpupreemption"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/requeue"
 )
 
 // The queue visits, for a bound pod that frees no GPU, only the pending pods
@@ -364,6 +366,12 @@ func TestBlindToBoundPods(t *testing.T) {
 			t.Errorf("%s registers bound-pod events, but the narrowing trusts it to ignore them", name)
 		}
 	}
+	// GPUDynamicResources is the in-tree plugin under another name (its
+	// events are DynamicResources', checked above).
+	if blindToBoundPods[requeue.GPUDynamicResourcesName] != blindToBoundPods[names.DynamicResources] {
+		t.Errorf("GPUDynamicResources is trusted as DynamicResources is not")
+	}
+	seen[requeue.GPUDynamicResourcesName] = true
 	for name := range blindToBoundPods {
 		if !seen[name] {
 			t.Errorf("%s is trusted but not in the default profile: cannot check it", name)

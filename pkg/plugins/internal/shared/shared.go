@@ -272,6 +272,13 @@ func (s *Shared) ClaimIndex(drivers []dra.Driver) (x *dra.Index, fresh bool, err
 	return a.claims, true, nil
 }
 
+// Claims is the process's DRA index, or nil when no profile reads DRA.
+func (s *Shared) Claims() *dra.Index {
+	s.acc.mu.Lock()
+	defer s.acc.mu.Unlock()
+	return s.acc.claims
+}
+
 // Tracker returns the process's device tracker.
 func (s *Shared) Tracker() *gpu.Tracker { return s.acc.tracker.Load() }
 
