@@ -30,6 +30,7 @@ import (
 
 	"github.com/gpu-scheduler/gpu-scheduler/manifests"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/hami"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/fakedra"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fakekubelet"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/fleet"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
@@ -104,13 +105,19 @@ func run(ctx context.Context, bin, kubeBin, namespace string, keep bool, timeout
 		if err := fleet.Create(ctx, client, fleet.Demo()...); err != nil {
 			return err
 		}
-		hamiNodes := 0
+		if err := fakedra.InstallClasses(ctx, client); err != nil {
+			return err
+		}
+		hamiNodes, draNodes := 0, 0
 		for _, n := range fleet.Demo() {
 			if n.HAMiSplit > 0 {
 				hamiNodes++
 			}
+			if n.DRA != "" {
+				draNodes++
+			}
 		}
-		step("registered %d fake nodes with GFD labels, %d of them running HAMi's device plugin (fake: it registers the GPUs by UUID and hands each container the devices and limits chosen); a fake kubelet keeps them Ready", len(fleet.Demo()), hamiNodes)
+		step("registered %d fake nodes with GFD labels, %d of them running HAMi's device plugin (fake: it registers the GPUs by UUID and hands each container the devices and limits chosen), %d publishing their GPUs through a fake DRA driver (ResourceSlices as NVIDIA's and HAMi's drivers publish them, and their DeviceClasses); a fake kubelet keeps them Ready", len(fleet.Demo()), hamiNodes, draNodes)
 		k := fakekubelet.New(client)
 		k.HeartbeatPeriod = 0 // no controller-manager here reads node leases
 		go k.Run(ctx)
@@ -156,7 +163,14 @@ func run(ctx context.Context, bin, kubeBin, namespace string, keep bool, timeout
 	if err != nil {
 		return err
 	}
-	printTable(pods, nodes.Items)
+	claimed, err := draView(ctx, client, namespace)
+	if err != nil {
+		return err
+	}
+	printTable(pods, nodes.Items, claimed)
+	if err := printDRA(ctx, client, claimed); err != nil {
+		return err
+	}
 	if err := operatorViews(ctx, client); err != nil {
 		return err
 	}
@@ -224,6 +238,10 @@ func submit(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, 
 			skipped = append(skipped, ex.Name)
 			continue
 		}
+		if slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "ResourceClaim" }) && !hasDeviceClass(ctx, client, fakedra.DriverName(fakedra.HAMi)) {
+			skipped = append(skipped, ex.Name)
+			continue
+		}
 		// Fresh objects each run: a pod's spec cannot change once scheduled.
 		for _, o := range objs {
 			if err := remove(ctx, client, namespace, o); err != nil {
@@ -255,6 +273,14 @@ func remove(ctx context.Context, client kubernetes.Interface, namespace string, 
 			_, err := client.CoreV1().Pods(namespace).Get(ctx, o.GetName(), metav1.GetOptions{})
 			return err
 		}
+	case "ResourceClaim":
+		del = func() error {
+			return client.ResourceV1().ResourceClaims(namespace).Delete(ctx, o.GetName(), metav1.DeleteOptions{})
+		}
+		get = func() error {
+			_, err := client.ResourceV1().ResourceClaims(namespace).Get(ctx, o.GetName(), metav1.GetOptions{})
+			return err
+		}
 	case "PodGroup":
 		del = func() error {
 			return client.SchedulingV1beta1().PodGroups(namespace).Delete(ctx, o.GetName(), metav1.DeleteOptions{})
@@ -279,6 +305,12 @@ func remove(ctx context.Context, client kubernetes.Interface, namespace string, 
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// hasDeviceClass reports whether the cluster has the DeviceClass.
+func hasDeviceClass(ctx context.Context, client kubernetes.Interface, name string) bool {
+	_, err := client.ResourceV1().DeviceClasses().Get(ctx, name, metav1.GetOptions{})
+	return err == nil
 }
 
 // servesPodGroups reports whether the cluster serves the PodGroup API.
@@ -325,7 +357,7 @@ func unschedulable(p *v1.Pod) string {
 	return ""
 }
 
-func printTable(pods []v1.Pod, nodes []v1.Node) {
+func printTable(pods []v1.Pod, nodes []v1.Node, claimed *claimView) {
 	models := map[string]string{}
 	for _, n := range nodes {
 		models[n.Name] = n.Labels[gpu.LabelGPUProduct]
@@ -352,6 +384,9 @@ func printTable(pods []v1.Pod, nodes []v1.Node) {
 					}
 				}
 				devices = strings.Join(parts, ",")
+			}
+			if d := claimed.byPod[p.Name]; d != "" {
+				devices = d
 			}
 		} else if msg := unschedulable(p); msg != "" {
 			status = "Pending: " + msg
@@ -384,4 +419,96 @@ func delivered(p *v1.Pod) string {
 		}
 	}
 	return strings.Join(parts, ", ") + " [" + p.Annotations[hami.AnnotationBindPhase] + "]"
+}
+
+// claimView is what the DRA claims of the examples hold: by pod, and by
+// device (driver/pool/device).
+type claimView struct {
+	byPod    map[string]string
+	byDevice map[string][]string
+}
+
+// draView reads the examples' allocated claims.
+func draView(ctx context.Context, client kubernetes.Interface, namespace string) (*claimView, error) {
+	v := &claimView{byPod: map[string]string{}, byDevice: map[string][]string{}}
+	list, err := client.ResourceV1().ResourceClaims(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return v, nil // no DRA here
+		}
+		return nil, err
+	}
+	for _, c := range list.Items {
+		a := c.Status.Allocation
+		if a == nil {
+			continue
+		}
+		var devs []string
+		for _, r := range a.Devices.Results {
+			d := "dra:" + r.Device
+			if q, ok := r.ConsumedCapacity["cores"]; ok {
+				d += fmt.Sprintf(" (%s%% SM", q.String())
+				if m, ok := r.ConsumedCapacity["memory"]; ok {
+					d += ", " + m.String()
+				}
+				d += ")"
+			}
+			devs = append(devs, d)
+			k := r.Driver + "/" + r.Pool + "/" + r.Device
+			v.byDevice[k] = append(v.byDevice[k], c.Name)
+		}
+		for _, ref := range c.Status.ReservedFor {
+			if ref.Resource == "pods" {
+				v.byPod[ref.Name] = strings.Join(devs, ",")
+			}
+		}
+	}
+	return v, nil
+}
+
+// printDRA lists the GPUs the fake DRA drivers publish and the claims on
+// each: the device each claim got is the one GPUDynamicResources showed
+// the allocator first (the most used that fits).
+func printDRA(ctx context.Context, client kubernetes.Interface, claimed *claimView) error {
+	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	var rows []string
+	for _, s := range list.Items {
+		if s.Spec.Driver != fakedra.DriverName(fakedra.NVIDIA) && s.Spec.Driver != fakedra.DriverName(fakedra.HAMi) {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			model := ""
+			if a, ok := d.Attributes["productName"]; ok && a.StringValue != nil {
+				model = *a.StringValue
+			}
+			shared := "whole"
+			if d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations {
+				shared = "shared by capacity"
+			}
+			held := strings.Join(claimed.byDevice[s.Spec.Driver+"/"+s.Spec.Pool.Name+"/"+d.Name], ",")
+			if held == "" {
+				held = "-"
+			}
+			rows = append(rows, fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", ptr.Deref(s.Spec.NodeName, "-"), s.Spec.Driver, d.Name, model, shared, held))
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	sort.Strings(rows)
+	step("DRA: the GPUs the fake drivers publish (ResourceSlices) and the claims on each; GPUDynamicResources shows DRA's allocator the most used GPU first, so shares go beside shares")
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "NODE\tDRIVER\tDEVICE\tMODEL\tKIND\tCLAIMS")
+	for _, r := range rows {
+		fmt.Fprintln(w, r)
+	}
+	w.Flush()
+	fmt.Println()
+	return nil
 }

@@ -46,9 +46,11 @@ func main() {
 	cmd.Short = "GPU-aware secondary scheduler (kube-scheduler v1.37.2 with GPU plugins)"
 	cmd.Long = fmt.Sprintf(`gpu-scheduler %s places pods that set schedulerName: gpu-scheduler.
 
-It is the upstream kube-scheduler v1.37.2 with three plugins: GPUFit (per-device
-filtering, reservations, the assignment annotation), GPUScore (fragmentation-aware
-placement) and LeastRequested (CPU/memory spread). Give it a
+It is the upstream kube-scheduler v1.37.2 with GPU plugins: GPUFit (per-device
+filtering, reservations, the assignment annotation; GPUs published through DRA
+too), GPUScore (fragmentation-aware placement), LeastRequested (CPU/memory
+spread), GPUPreemption (victims device by device) and GPUDynamicResources (the
+in-tree DRA plugin, shown our GPUs best fit first). Give it a
 KubeSchedulerConfiguration with --config; see manifests/ and docs/api.md.`, version.Version)
 	run := cmd.RunE
 	cmd.RunE = func(c *cobra.Command, args []string) error {

@@ -402,6 +402,36 @@ func (s *NodeState) DeviceOrder(rank []int) []int {
 	return rank
 }
 
+// FirstFit is the choice of an allocator that takes the first devices that
+// fit the request in the order rank gives (nil: index order): DRA's
+// structured allocator over the slices it is shown. ok is false when the
+// request does not fit.
+func (s *NodeState) FirstFit(r *Request, rank []int) (Choice, bool) {
+	out, devices, milli, mask := s.fit(r)
+	if out != Fits {
+		return Choice{}, false
+	}
+	c := Choice{Milli: milli}
+	if s.agent != nil {
+		_, c.Share = r.AgentShare()
+	}
+	order := make([]int, s.Count)
+	for i := range order {
+		order[i] = i
+	}
+	if rank != nil {
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(rank[a], rank[b]) })
+	}
+	n := int32(0)
+	for _, i := range order {
+		if n < devices && mask&(1<<uint(i)) != 0 {
+			c.Mask |= 1 << uint(i)
+			n++
+		}
+	}
+	return c, n == devices
+}
+
 // Clone copies the state, without its memoised fragmentation.
 func (s *NodeState) Clone() *NodeState {
 	c := &NodeState{Name: s.Name, Inventory: s.Inventory, Free: s.Free, CPUFree: s.CPUFree, MemFree: s.MemFree, Overcommitted: s.Overcommitted, Prio: s.Prio}
@@ -725,6 +755,9 @@ func (s *NodeState) FitOn(r *Request, on uint64) Outcome {
 // enforces shares, or, where the operator allows accounting-only sharing, a
 // share by annotation alone. Whole GPUs are delivered everywhere.
 func (s *NodeState) delivers(r *Request) bool {
+	if r.ByClaim {
+		return s.Claimed
+	}
 	if !r.Shared() {
 		return true
 	}

@@ -37,6 +37,10 @@ type Request struct {
 	NeedsDelivery bool
 	// UUIDs restricts the devices by identity, where they are known.
 	UUIDs UUIDSelector
+	// ByClaim: the request is read from the pod's DRA claims, for
+	// placement to score; DRA's allocator decides the fit and delivers it,
+	// on nodes whose GPUs DRA publishes only.
+	ByClaim bool
 }
 
 // HasGPU reports whether the pod uses any GPU.

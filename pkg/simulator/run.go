@@ -18,6 +18,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/offline"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpufit"
 )
 
 // Policy is a scheduler setup to compare.
@@ -58,8 +59,19 @@ const (
 	LearnedXDev Policy = "learned-xdev"
 )
 
+// A fleet whose GPUs DRA hands out (issue 33): the nodes are chosen as by
+// Learned, but each pod's devices are what DRA's structured allocator
+// gives, the first that fit in the order it is shown:
+//   - DRAFirstFit: the slices' order, as upstream's plugin shows them;
+//   - DRABestFit: our order (gpu.NodeState.DeviceOrder, the most used
+//     first), as GPUDynamicResources shows them.
+const (
+	DRAFirstFit Policy = "learned-dra-firstfit"
+	DRABestFit  Policy = "learned-dra"
+)
+
 // Policies lists every policy, in report order; the ablations come last.
-var Policies = []Policy{Learned, FGD, BestFit, Packing, Spread, Vanilla, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder, LearnedXDev}
+var Policies = []Policy{Learned, FGD, BestFit, Packing, Spread, Vanilla, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder, LearnedXDev, DRAFirstFit, DRABestFit}
 
 // Compared is the default set: the six the benchmark compares.
 var Compared = Policies[:6]
@@ -78,6 +90,8 @@ var PolicyHelp = map[Policy]string{
 	FGDExact:    "ablation: fgd ranked by the exact growth, least-idle tie-break, no node order",
 	FGDCPUOrder: "ablation: fgd with CPU-only pods on GPU nodes by the node order alone (no least-idle first)",
 	LearnedXDev: "experiment: learned with a share's device chosen by the exact fragmentation growth",
+	DRAFirstFit: "DRA fleet: nodes as learned, devices by DRA's allocator over the slices' order (upstream's first fit)",
+	DRABestFit:  "DRA fleet: nodes as learned, devices by DRA's allocator over our order (the most used first, GPUDynamicResources)",
 }
 
 // ParsePolicy validates a policy name.
@@ -184,7 +198,7 @@ func Profile(p Policy, t *Trace, tieOrder string) (*schedconfig.KubeSchedulerPro
 		args.Scoring.ReferenceNodeOrder = true
 	}
 	switch p {
-	case Learned, Vanilla:
+	case Learned, Vanilla, DRAFirstFit, DRABestFit:
 	case LearnedXDev:
 		args.Scoring.ExactDeviceChoice = true
 	case FGD, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder:
@@ -276,6 +290,12 @@ func Run(ctx context.Context, e Experiment) (*Result, error) {
 		return nil, err
 	}
 	defer fw.Close()
+	switch e.Policy {
+	case DRAFirstFit:
+		gpufit.SetAllocator(fw, func(st *gpu.NodeState, r *gpu.Request) (gpu.Choice, bool) { return st.FirstFit(r, nil) })
+	case DRABestFit:
+		gpufit.SetAllocator(fw, func(st *gpu.NodeState, r *gpu.Request) (gpu.Choice, bool) { return st.FirstFit(r, st.DeviceOrder(nil)) })
+	}
 
 	res := &Result{Format: ResultFormat, Workload: e.Trace.Workload, Policy: e.Policy, Seed: e.Seed, Tune: e.Tune,
 		TieOrder: e.TieOrder, Pods: len(arrival.Pods), Capacity: e.Trace.Capacity()}

@@ -219,23 +219,33 @@ func TestDRAPacksAroundClaims(t *testing.T) {
 	}
 }
 
-// Claims allocated elsewhere are counted against capacity: two shares of one
-// device shared by capacity (HAMi's DRA driver) whose cores add up to more
-// than the GPU overcommit the node, which is surfaced and placed on no more;
-// it is resolved when one goes.
+// Claims allocated elsewhere are counted against capacity: two claims on
+// one whole GPU, or two shares of a GPU shared by capacity (HAMi's DRA
+// driver) whose cores add up to more than it has, overcommit the node, which
+// is surfaced and placed on no more; it is resolved when one goes.
 func TestDRAClaimsOvercommit(t *testing.T) {
-	s := cluster.NewScope(t)
-	installDRAClasses(t, s, false)
-	s.AddNodes(fleet.Node{Name: "hami", CPU: "32", Memory: "128Gi", GPUs: 1, Model: "Tesla-T4", MemoryMiB: 15360, DRA: fakedra.HAMi})
-	node := s.Node("hami")
-	cores := func(v string) map[resourceapi.QualifiedName]resource.Quantity {
-		return map[resourceapi.QualifiedName]resource.Quantity{"cores": resource.MustParse(v), "memory": resource.MustParse("4Gi")}
+	for _, tc := range []struct {
+		name, style string
+		device      string
+		a, b        map[resourceapi.QualifiedName]resource.Quantity
+	}{
+		{name: "whole", style: fakedra.NVIDIA, device: "gpu-0"},
+		{name: "shares", style: fakedra.HAMi, device: "hami-gpu-0",
+			a: map[resourceapi.QualifiedName]resource.Quantity{"cores": resource.MustParse("70"), "memory": resource.MustParse("4Gi")},
+			b: map[resourceapi.QualifiedName]resource.Quantity{"cores": resource.MustParse("50"), "memory": resource.MustParse("4Gi")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := cluster.NewScope(t)
+			installDRAClasses(t, s, false)
+			s.AddNodes(fleet.Node{Name: "n", CPU: "32", Memory: "128Gi", GPUs: 1, Model: "Tesla-T4", MemoryMiB: 15360, DRA: tc.style})
+			node := s.Node("n")
+			outsideClaim(t, s, "first", tc.style, node, tc.a, tc.device)
+			outsideClaim(t, s, "second", tc.style, node, tc.b, tc.device)
+			t.Logf("node event: %s", nodeEvent(t, s, node, overcommit.ReasonOvercommitted, "DRA claims"))
+			deleteClaim(t, s, "first")
+			nodeEvent(t, s, node, overcommit.ReasonResolved, "fit")
+		})
 	}
-	outsideClaim(t, s, "share-70", fakedra.HAMi, node, cores("70"), "hami-gpu-0")
-	outsideClaim(t, s, "share-50", fakedra.HAMi, node, cores("50"), "hami-gpu-0")
-	t.Logf("node event: %s", nodeEvent(t, s, node, overcommit.ReasonOvercommitted, "hold more GPU than it has"))
-	deleteClaim(t, s, "share-70")
-	nodeEvent(t, s, node, overcommit.ReasonResolved, "fit")
 }
 
 // A node whose GPUs a DRA driver publishes and a device plugin advertises
@@ -297,5 +307,25 @@ func TestDRADeviceChoice(t *testing.T) {
 	s.WaitBound(bindTimeout, "whole")
 	if got := claimedDevices(t, s)[node+"/hami-gpu-0"]; !slices.Contains(got, "whole") {
 		t.Errorf("the whole GPU went elsewhere: %v", claimedDevices(t, s))
+	}
+}
+
+// GPUScore reads a claim's share: a share by capacity goes to the node
+// where it fits most tightly, beside another share on a 4-GPU node, not to
+// the node with one whole free GPU, which scoring it as a CPU pod (the least
+// idle GPU node) would pick.
+func TestDRAClaimScored(t *testing.T) {
+	s := cluster.NewScope(t)
+	installDRAClasses(t, s, false)
+	s.AddNodes(fleet.Node{Name: "busy", CPU: "32", Memory: "128Gi", GPUs: 4, Model: "Tesla-T4", MemoryMiB: 15360, DRA: fakedra.HAMi},
+		fleet.Node{Name: "small", CPU: "32", Memory: "128Gi", GPUs: 1, Model: "Tesla-T4", MemoryMiB: 15360, DRA: fakedra.HAMi})
+	outsideClaim(t, s, "used", fakedra.HAMi, s.Node("busy"), map[resourceapi.QualifiedName]resource.Quantity{
+		"cores": resource.MustParse("50"), "memory": resource.MustParse("6Gi")}, "hami-gpu-0")
+	s.Create(claimPod(t, s, "share", "30", "4Gi"))
+	if n := s.WaitBound(bindTimeout, "share")["share"].Spec.NodeName; n != s.Node("busy") {
+		t.Errorf("the share went to %s, not beside the other share on %s", n, s.Node("busy"))
+	}
+	if got := claimedDevices(t, s)[s.Node("busy")+"/hami-gpu-0"]; !slices.Contains(got, "share") {
+		t.Errorf("the share is not beside the other: %v", claimedDevices(t, s))
 	}
 }

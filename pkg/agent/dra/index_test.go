@@ -1,6 +1,7 @@
 package dra
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 
@@ -235,5 +236,60 @@ func TestTrackerCountsClaims(t *testing.T) {
 	node.Status.Allocatable = v1.ResourceList{gpu.ResourceNvidiaGPU: resource.MustParse("4")}
 	if st := tr.Compute(node, nil, 0, 0, "", false); st.Count != 4 || st.DoubleView == "" {
 		t.Errorf("double view: count %d, reported %q", st.Count, st.DoubleView)
+	}
+}
+
+func class(name, expr string) *resourceapi.DeviceClass {
+	return &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}}}
+}
+
+func TestClaimRequest(t *testing.T) {
+	x := NewIndex(DefaultDrivers, nil)
+	classes := map[string]*resourceapi.DeviceClass{
+		"gpu.nvidia.com": class("gpu.nvidia.com", `device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'`),
+		"mig.nvidia.com": class("mig.nvidia.com", `device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'`),
+		"hami":           class("hami", `device.driver == "hami-core-gpu.project-hami.io" && device.attributes["hami-core-gpu.project-hami.io"].type == "hami-gpu"`),
+		"nic":            class("nic", `device.driver == 'net.example.com'`),
+	}
+	get := func(n string) *resourceapi.DeviceClass { return classes[n] }
+	req := func(cls string, n int64, caps map[resourceapi.QualifiedName]resource.Quantity) resourceapi.DeviceRequest {
+		e := &resourceapi.ExactDeviceRequest{DeviceClassName: cls, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: n}
+		if caps != nil {
+			e.Capacity = &resourceapi.CapacityRequirements{Requests: caps}
+		}
+		return resourceapi.DeviceRequest{Name: "r", Exactly: e}
+	}
+	c := func(reqs ...resourceapi.DeviceRequest) *resourceapi.ResourceClaim {
+		return &resourceapi.ResourceClaim{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: reqs}}}
+	}
+	share := map[resourceapi.QualifiedName]resource.Quantity{"cores": resource.MustParse("30"), "memory": resource.MustParse("4Gi")}
+	allocated := c(req("gpu.nvidia.com", 2, nil))
+	allocated.Status.Allocation = &resourceapi.AllocationResult{}
+	all := c(resourceapi.DeviceRequest{Name: "r", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.nvidia.com", AllocationMode: resourceapi.DeviceAllocationModeAll}})
+	for _, tc := range []struct {
+		name   string
+		claims []*resourceapi.ResourceClaim
+		want   gpu.Request
+		ok     bool
+	}{
+		{"two whole GPUs", []*resourceapi.ResourceClaim{c(req("gpu.nvidia.com", 2, nil))}, gpu.Request{Count: 2, ByClaim: true}, true},
+		{"whole GPUs add up across claims, other devices do not count",
+			[]*resourceapi.ResourceClaim{c(req("gpu.nvidia.com", 1, nil), req("nic", 1, nil)), c(req("gpu.nvidia.com", 1, nil))}, gpu.Request{Count: 2, ByClaim: true}, true},
+		{"a share by capacity", []*resourceapi.ResourceClaim{c(req("hami", 1, share))},
+			gpu.Request{ShareCount: 1, Share: gpu.DeviceShare{MemoryMiB: 4096, Cores: 30}, ByClaim: true}, true},
+		{"HAMi without capacity: the whole GPU", []*resourceapi.ResourceClaim{c(req("hami", 1, nil))}, gpu.Request{Count: 1, ByClaim: true}, true},
+		{"already allocated: nothing new", []*resourceapi.ResourceClaim{allocated}, gpu.Request{}, false},
+		{"MIG: not a whole GPU", []*resourceapi.ResourceClaim{c(req("mig.nvidia.com", 1, nil))}, gpu.Request{}, false},
+		{"all devices: cannot say", []*resourceapi.ResourceClaim{all}, gpu.Request{}, false},
+		{"two shares: cannot say", []*resourceapi.ResourceClaim{c(req("hami", 2, share))}, gpu.Request{}, false},
+		{"an unknown class", []*resourceapi.ResourceClaim{c(req("nope", 1, nil))}, gpu.Request{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := x.ClaimRequest(tc.claims, get)
+			if ok != tc.ok || ok && !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %+v %v, want %+v %v", got, ok, tc.want, tc.ok)
+			}
+		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/dra"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 )
 
 // feedClaimIndex feeds the DRA index from the scheduler's own informers
@@ -77,6 +78,40 @@ func feedClaimIndex(x *dra.Index, f informers.SharedInformerFactory, released fu
 		},
 	})
 	return err
+}
+
+// claimRequest reads what the pod's claims ask of our drivers' GPUs (a
+// claim from a template is named in the pod's status once created).
+func (pl *GPUFit) claimRequest(pod *v1.Pod) (gpu.Request, bool) {
+	m := pl.handle.SharedDRAManager()
+	if m == nil {
+		return gpu.Request{}, false
+	}
+	var claims []*resourceapi.ResourceClaim
+	for _, pc := range pod.Spec.ResourceClaims {
+		name := ""
+		if pc.ResourceClaimName != nil {
+			name = *pc.ResourceClaimName
+		}
+		for _, s := range pod.Status.ResourceClaimStatuses {
+			if name == "" && s.Name == pc.Name && s.ResourceClaimName != nil {
+				name = *s.ResourceClaimName
+			}
+		}
+		if name == "" {
+			continue
+		}
+		if c, err := m.ResourceClaims().Get(pod.Namespace, name); err == nil {
+			claims = append(claims, c)
+		}
+	}
+	return pl.claims.ClaimRequest(claims, func(name string) *resourceapi.DeviceClass {
+		c, err := m.DeviceClasses().Get(name)
+		if err != nil {
+			return nil
+		}
+		return c
+	})
 }
 
 // isSchedulableAfterSliceChange: a slice of one of our drivers may add GPUs,

@@ -419,6 +419,13 @@ func TrackerOf(h fwk.Handle) *gpu.Tracker { return shared.For(h).Tracker() }
 // in h's profile: static, or learned from the pods GPUFit saw.
 func WorkloadOf(h fwk.Handle) *gpu.Workload { return shared.For(h).Workload() }
 
+// SetAllocator has a profile's devices handed out by a on every node, in
+// place of the policy's choice (the simulator's model of a fleet whose
+// devices DRA's allocator hands out); nil restores the policy's.
+func SetAllocator(h fwk.Handle, a func(*gpu.NodeState, *gpu.Request) (gpu.Choice, bool)) {
+	shared.For(h).SetAllocator(a)
+}
+
 // PinWorkload makes wl the target workload of h's profile, in place of
 // what it would learn (kubectl gpu: the scheduler's published target).
 func PinWorkload(h fwk.Handle, wl *gpu.Workload) {
@@ -475,9 +482,17 @@ func (pl *GPUFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		klog.FromContext(ctx).V(4).Info("invalid GPU request", "pod", klog.KObj(pod), "err", err)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
+	if !req.HasGPU() && pl.claims != nil && len(pod.Spec.ResourceClaims) > 0 {
+		// GPUs asked through claims: scored here, judged and allocated
+		// by the DynamicResources plugin (Filter is skipped).
+		if r, ok := pl.claimRequest(pod); ok {
+			r.CPU, r.Memory, r.Models = req.CPU, req.Memory, req.Models
+			req = r
+		}
+	}
 	shared.WriteRequest(cs, req)
 	pl.shared.Observe(pod.UID, &req)
-	if !req.HasGPU() {
+	if !req.HasGPU() || req.ByClaim {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	if !req.Models.Empty() {
@@ -613,7 +628,12 @@ func (pl *GPUFit) reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 		// A pod group's preemption dry run: the devices its plan frees.
 		choice, ok = pin.Choice, st.FitOn(req, pin.Choice.Mask) == gpu.Fits
 	} else {
-		choice, _, ok = pl.shared.Evaluate(st, req)
+		choice, ok = pl.shared.Choose(st, req)
+	}
+	if !ok && req.ByClaim {
+		// DRA's allocator found room our count does not see (a claim
+		// freed since): it decides; the claim counts once allocated.
+		return nil
 	}
 	if !ok {
 		return fwk.NewStatus(fwk.Unschedulable, ErrReasonDevicesChanged)

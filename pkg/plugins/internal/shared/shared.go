@@ -37,6 +37,38 @@ type Shared struct {
 	// snapshot is the profile's snapshot (nil without one): only its
 	// NodeInfos are remembered for the fast lookup.
 	snapshot fwk.SharedLister
+	// allocator, if set, hands out every node's devices in place of the
+	// policy's choice (SetAllocator).
+	allocator atomic.Pointer[Allocator]
+}
+
+// Allocator chooses a request's devices on a node, as a node agent that
+// decides by itself would (DRA's allocator).
+type Allocator func(st *gpu.NodeState, r *gpu.Request) (gpu.Choice, bool)
+
+// SetAllocator makes a profile's devices handed out by a, on every node
+// (the simulator's model of a fleet DRA serves); nil restores the policy's
+// choice.
+func (s *Shared) SetAllocator(a Allocator) {
+	if a == nil {
+		s.allocator.Store(nil)
+		return
+	}
+	s.allocator.Store(&a)
+}
+
+// Choose is the devices a reservation takes: what the node's allocator
+// gives where one decides (DRA's, first fit in the order it is shown:
+// DeviceOrder), else the policy's choice.
+func (s *Shared) Choose(st *gpu.NodeState, r *gpu.Request) (gpu.Choice, bool) {
+	if a := s.allocator.Load(); a != nil {
+		return (*a)(st, r)
+	}
+	if st.Claimed {
+		return st.FirstFit(r, st.DeviceOrder(nil))
+	}
+	c, _, ok := s.Evaluate(st, r)
+	return c, ok
 }
 
 // Accounting is the device accounting of one scheduler process: every
