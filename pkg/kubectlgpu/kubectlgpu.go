@@ -14,6 +14,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -68,6 +69,10 @@ type cluster struct {
 	nodes  []v1.Node
 	onNode map[string][]*v1.Pod
 	all    []v1.Pod
+	// The GPUs DRA drivers publish and the claims on them (none where
+	// the cluster does not serve them, or they may not be read).
+	slices []*resourceapi.ResourceSlice
+	claims []*resourceapi.ResourceClaim
 }
 
 // pageSize is how many objects one list call asks for: a large cluster's
@@ -93,6 +98,14 @@ func (o *Options) read(ctx context.Context) (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	// DRA, where served and readable: without it, nodes whose GPUs only
+	// DRA publishes show none.
+	_ = o.list(ctx, "resourceslices", metav1.ListOptions{}, func(opts metav1.ListOptions) (runtime.Object, error) {
+		return o.Client.ResourceV1().ResourceSlices().List(ctx, opts)
+	}, func(obj runtime.Object) { c.slices = append(c.slices, obj.(*resourceapi.ResourceSlice)) })
+	_ = o.list(ctx, "resourceclaims", metav1.ListOptions{}, func(opts metav1.ListOptions) (runtime.Object, error) {
+		return o.Client.ResourceV1().ResourceClaims("").List(ctx, opts)
+	}, func(obj runtime.Object) { c.claims = append(c.claims, obj.(*resourceapi.ResourceClaim)) })
 	sort.Slice(c.nodes, func(i, j int) bool { return c.nodes[i].Name < c.nodes[j].Name })
 	for i := range c.all {
 		p := &c.all[i]

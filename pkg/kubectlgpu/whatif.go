@@ -214,6 +214,7 @@ func (o *Options) view(ctx context.Context, policy string) (*view, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", from, err)
 	}
+	d.AddDRA(c.slices, c.claims)
 	// The scheduler counts every node, not only those -l selects: one
 	// list call of one node says how many there are.
 	total := len(nodes)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -101,6 +102,21 @@ func NewDeployed(ctx context.Context, prof *config.KubeSchedulerProfile, nodes [
 		fw.RunPreFilterPlugins(ctx, framework.NewCycleState(), p)
 	}
 	return &Deployed{fw: fw, cluster: cluster, cancel: cancel}, nil
+}
+
+// AddDRA gives the profile's accounting the GPUs DRA drivers publish and
+// the claims on them.
+func (d *Deployed) AddDRA(slices []*resourceapi.ResourceSlice, claims []*resourceapi.ResourceClaim) {
+	x := gpufit.ClaimsOf(d.fw)
+	if x == nil {
+		return
+	}
+	for _, s := range slices {
+		x.SliceChanged(nil, s)
+	}
+	for _, c := range claims {
+		x.ClaimChanged(nil, c)
+	}
 }
 
 // Close stops the plugins.

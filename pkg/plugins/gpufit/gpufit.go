@@ -419,6 +419,10 @@ func TrackerOf(h fwk.Handle) *gpu.Tracker { return shared.For(h).Tracker() }
 // in h's profile: static, or learned from the pods GPUFit saw.
 func WorkloadOf(h fwk.Handle) *gpu.Workload { return shared.For(h).Workload() }
 
+// ClaimsOf is the index of the GPUs DRA drivers publish and the claims on
+// them that the profile's accounting reads (nil when it reads none).
+func ClaimsOf(h fwk.Handle) *dra.Index { return shared.For(h).Claims() }
+
 // SetAllocator has a profile's devices handed out by a on every node, in
 // place of the policy's choice (the simulator's model of a fleet whose
 // devices DRA's allocator hands out); nil restores the policy's.
