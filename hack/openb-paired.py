@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Paired comparison of two gpu-sim policies on the same seeds (OUT/runs/*.json):
-per workload, the mean of (A - B) at 130% arrival over the seeds both ran,
-with a 95% confidence interval (Student's t), and the mean over workloads.
+per workload, the mean of (A - B) at AT% arrival (default 130) over the seeds
+both ran, with a 95% confidence interval (Student's t), and the mean over
+workloads.
 
-usage: hack/openb-paired.py A B [OUT]    e.g. hack/openb-paired.py learned fgd-pure out/openb-pure
+usage: hack/openb-paired.py A B [OUT [AT]]    e.g. hack/openb-paired.py learned fgd-pure out/openb-pure 100
 """
 import collections, statistics, sys
 
@@ -15,9 +16,10 @@ T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8:
 
 a, b = sys.argv[1], sys.argv[2]
 out = sys.argv[3] if len(sys.argv) > 3 else "out/openb"
+at = int(sys.argv[4]) if len(sys.argv) > 4 else 130
 runs = collections.defaultdict(dict)  # (workload, policy) -> seed -> value at 130
 for d in load_runs(out):
-    runs[(d["Workload"], d["Policy"])][d["Seed"]] = d["Curve"][130]
+    runs[(d["Workload"], d["Policy"])][d["Seed"]] = d["Curve"][at]
 
 print(f"| workload | seeds | {a} | {b} | {a} − {b} | 95% CI |")
 print("|---|---|---|---|---|---|")

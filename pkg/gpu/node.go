@@ -81,6 +81,14 @@ func (inv *Inventory) TooMany() bool { return inv.Reported > MaxDevices }
 func ReadInventory(node *v1.Node, opts NodeOptions) Inventory {
 	if opts.Claims != nil {
 		if devs, ok := opts.Claims.NodeDevices(node.Name); ok && len(devs) > 0 {
+			if m := node.Labels[opts.ProductLabel]; m != "" {
+				// GFD's label, which model constraints are written
+				// against, names the model; the driver's, the type.
+				devs = slices.Clone(devs)
+				for i := range devs {
+					devs[i].Type, devs[i].Model = devs[i].Model, m
+				}
+			}
 			inv := readAgentInventory(devs, opts.Claims.SourceName())
 			inv.Claimed = true
 			inv.DoubleView = doubleView(node, opts)
@@ -760,6 +768,11 @@ func (s *NodeState) delivers(r *Request) bool {
 	}
 	if !r.Shared() {
 		return true
+	}
+	if s.Claimed {
+		// DRA's allocator hands the GPUs out: a share it is not asked for
+		// would be a whole device, or none.
+		return false
 	}
 	if s.Delivers() {
 		return r.Slot || r.ShareCount > 0 || !r.NeedsDelivery

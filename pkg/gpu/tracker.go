@@ -872,6 +872,16 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 		if handled[uid] || uid == exclude {
 			continue
 		}
+		if claimConsumer(uid, claims) {
+			// Its claim is allocated (the pod is binding, not yet in
+			// this view): the claim holds its devices.
+			if snapshot {
+				delete(s.reservations, uid)
+				s.bump()
+				done = append(done, uid)
+			}
+			continue
+		}
 		if alive != nil && !(*alive)(uid, node.Name, r) {
 			// The pod is gone, or bound elsewhere: the reservation is stale.
 			// States cached with it are stale too.
@@ -921,11 +931,24 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 // there (in flight, or served by a device plugin beside DRA) is laid down by
 // its request.
 func servedByClaim(pod *v1.Pod, claims []ClaimHold) bool {
-	if pod.Status.ExtendedResourceClaimStatus != nil {
-		return true
+	var ext string
+	if s := pod.Status.ExtendedResourceClaimStatus; s != nil {
+		ext = pod.Namespace + "/" + s.ResourceClaimName
 	}
 	for i := range claims {
-		if slices.Contains(claims[i].Consumers, pod.UID) {
+		// The claim must be counted: until it is seen, the pod's request
+		// holds its devices.
+		if claims[i].Name == ext || slices.Contains(claims[i].Consumers, pod.UID) {
+			return true
+		}
+	}
+	return false
+}
+
+// claimConsumer reports whether an allocated claim serves the pod.
+func claimConsumer(uid types.UID, claims []ClaimHold) bool {
+	for i := range claims {
+		if slices.Contains(claims[i].Consumers, uid) {
 			return true
 		}
 	}

@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -30,6 +32,14 @@ func installDRAClasses(t *testing.T, s *harness.Scope, needExtended bool) {
 	if err := fakedra.InstallClasses(s.Ctx, cluster.Client); err != nil {
 		t.Fatal(err)
 	}
+	// A class that maps nvidia.com/gpu changes how every later test's GPU
+	// pods are judged on nodes without it (DRA's reasons, not
+	// NodeResourcesFit's): it goes with the test.
+	t.Cleanup(func() {
+		for _, c := range fakedra.DeviceClasses() {
+			cluster.Client.ResourceV1().DeviceClasses().Delete(context.Background(), c.Name, metav1.DeleteOptions{})
+		}
+	})
 	if !needExtended {
 		return
 	}
@@ -75,6 +85,10 @@ func outsideClaim(t *testing.T, s *harness.Scope, name, style, node string, cons
 	if consumed != nil && len(c.Status.Allocation.Devices.Results) > 0 && c.Status.Allocation.Devices.Results[0].ConsumedCapacity == nil {
 		t.Skip("the API server drops consumedCapacity (DRAConsumableCapacity)")
 	}
+	// Another allocator's claims reach the scheduler through its
+	// informer: a pod created at once could meet an allocator that has not
+	// seen them (a real double allocation, not ours to prevent).
+	time.Sleep(time.Second)
 	return c
 }
 
@@ -187,23 +201,26 @@ func TestDRAWholeGPUs(t *testing.T) {
 	s.WaitBound(bindTimeout, "w2b")
 }
 
-// Fragmentation-aware placement sees the claims: three nodes each with three
+// Fragmentation-aware placement sees the claims: seven nodes each with three
 // of four GPUs held by claims allocated elsewhere, and an empty one. Single
 // GPUs go to the nearly full nodes; the empty node stays whole for a pod
-// that needs it.
+// that needs it. (Blind to the claims, the scheduler would see eight equal
+// nodes, and DRA's filter would move each pod on to an untried one: the
+// empty node would stay empty by chance one time in eight.)
 func TestDRAPacksAroundClaims(t *testing.T) {
 	s := cluster.NewScope(t)
 	installDRAClasses(t, s, true)
+	partial := []string{"a", "b", "c", "d", "e", "f", "g"}
 	var nodes []fleet.Node
-	for _, n := range []string{"a", "b", "c", "empty"} {
+	for _, n := range append(slices.Clone(partial), "empty") {
 		nodes = append(nodes, fleet.Node{Name: n, CPU: "32", Memory: "128Gi", GPUs: 4, Model: "NVIDIA-H100-80GB-HBM3", MemoryMiB: 81559, DRA: fakedra.NVIDIA})
 	}
 	s.AddNodes(nodes...)
-	for _, n := range []string{"a", "b", "c"} {
+	for _, n := range partial {
 		outsideClaim(t, s, "held-"+n, fakedra.NVIDIA, s.Node(n), nil, "gpu-0", "gpu-1", "gpu-2")
 	}
 	var names []string
-	for i := 0; i < 3; i++ {
+	for i := range partial {
 		names = append(names, fmt.Sprintf("one-%d", i))
 		s.Create(s.Pod(harness.PodSpec{Name: names[i], GPUs: 1}))
 		s.WaitBound(bindTimeout, names[i])
@@ -302,7 +319,8 @@ func TestDRADeviceChoice(t *testing.T) {
 	if got := held[node+"/hami-gpu-1"]; !slices.Contains(got, "share") {
 		t.Errorf("the share got %v, want hami-gpu-1 beside the other share (best fit); claims by device: %v", got, held)
 	}
-	// A claim of a whole GPU (no capacity asked: all of it) takes the free one.
+	// A claim of all a GPU's capacity takes the free one (first fit in
+	// the slice's order would have left none).
 	s.Create(claimPod(t, s, "whole", "100", "15Gi"))
 	s.WaitBound(bindTimeout, "whole")
 	if got := claimedDevices(t, s)[node+"/hami-gpu-0"]; !slices.Contains(got, "whole") {

@@ -3,6 +3,7 @@ package dra
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -283,13 +284,13 @@ func (x *Index) rebuild(node string) {
 					slots = SharedSlots
 				}
 				at[uuid] = len(devs)
-				devs = append(devs, gpu.Device{UUID: uuid, Model: drv.str(dev, drv.ProductAttribute), MemoryMiB: mem,
+				devs = append(devs, gpu.Device{UUID: uuid, Model: model(drv.str(dev, drv.ProductAttribute)), MemoryMiB: mem,
 					Cores: cores, Slots: slots, Healthy: !tainted(dev)})
 				x.devices[id] = deviceInfo{node: node, uuid: uuid, driver: drv, shared: shared, memMiB: mem}
 				ids = append(ids, id)
 			case partition:
 				parts = append(parts, part{id: id, parent: drv.str(dev, drv.ParentAttribute), mem: mem,
-					model: drv.str(dev, drv.ProductAttribute), taint: tainted(dev), drv: drv})
+					model: model(drv.str(dev, drv.ProductAttribute)), taint: tainted(dev), drv: drv})
 			}
 		}
 	}
@@ -307,6 +308,11 @@ func (x *Index) rebuild(node string) {
 		if d.Cordoned {
 			d.MemoryMiB += p.mem
 		}
+		if p.taint {
+			// A partition tainted (a lost GPU, a fatal XID): its GPU
+			// takes nothing new.
+			d.Healthy = false
+		}
 		perParent[p.parent]++
 		x.devices[p.id] = deviceInfo{node: node, uuid: p.parent, driver: p.drv, part: true, memMiB: p.mem}
 		ids = append(ids, p.id)
@@ -317,6 +323,11 @@ func (x *Index) rebuild(node string) {
 	}
 	x.nodes[node] = &nodeDevices{devs: devs, pools: pools, ids: ids}
 }
+
+// model is a driver's product name as GPU Feature Discovery labels it
+// (nvidia.com/gpu.product: NVML's name with dashes for spaces), which model
+// constraints are written against.
+func model(product string) string { return strings.ReplaceAll(strings.TrimSpace(product), " ", "-") }
 
 // ClaimChanged records a claim as it is now; nil new is a deletion. Only
 // allocated claims count.

@@ -76,10 +76,13 @@ func TestIndexDevices(t *testing.T) {
 	informational := nvGPU("gpu-1", "GPU-b", "NVIDIA-A100-SXM4-80GB", "80Gi")
 	informational.Taints = []resourceapi.DeviceTaint{{Key: "gpu.nvidia.com/unmonitored", Effect: resourceapi.DeviceTaintEffectNone}}
 	vfio := resourceapi.Device{Name: "gpu-vfio-3", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"type": str("vfio")}}
+	lostPart := nvMIG("gpu-5-mig-1g10gb-19-0", "GPU-lost", "NVIDIA-A100-SXM4-80GB", "10Gi")
+	lostPart.Taints = []resourceapi.DeviceTaint{{Key: "gpu.nvidia.com/gpu-lost", Effect: resourceapi.DeviceTaintEffectNoExecute}}
+	// NVML's product name has spaces; GFD's label, dashes.
 	x.SliceChanged(nil, slice("b-slice", NVIDIA.Name, "n1", 1,
-		nvGPU("gpu-0", "GPU-a", "NVIDIA-A100-SXM4-80GB", "80Gi"), informational, tainted, vfio,
+		nvGPU("gpu-0", "GPU-a", "NVIDIA A100-SXM4-80GB", "80Gi"), informational, tainted, vfio,
 		nvMIG("gpu-4-mig-1g10gb-19-0", "GPU-mig", "NVIDIA-A100-SXM4-80GB", "10Gi"),
-		nvMIG("gpu-4-mig-1g10gb-19-1", "GPU-mig", "NVIDIA-A100-SXM4-80GB", "10Gi")))
+		nvMIG("gpu-4-mig-1g10gb-19-1", "GPU-mig", "NVIDIA-A100-SXM4-80GB", "10Gi"), lostPart))
 	// An older generation of the pool no longer counts.
 	x.SliceChanged(nil, slice("a-old", NVIDIA.Name, "n1", 0, nvGPU("gpu-9", "GPU-old", "Tesla-T4", "15Gi")))
 	// Another driver's devices are not GPUs.
@@ -92,7 +95,7 @@ func TestIndexDevices(t *testing.T) {
 	for _, d := range devs {
 		got = append(got, d.UUID)
 	}
-	if want := []string{"GPU-a", "GPU-b", "GPU-c", "GPU-mig"}; !slices.Equal(got, want) {
+	if want := []string{"GPU-a", "GPU-b", "GPU-c", "GPU-mig", "GPU-lost"}; !slices.Equal(got, want) {
 		t.Fatalf("devices %v, want %v", got, want)
 	}
 	if d := devs[0]; d.Model != "NVIDIA-A100-SXM4-80GB" || d.MemoryMiB != 80*1024 || d.Cores != 100 || d.Slots != 1 || !d.Healthy || d.Cordoned {
@@ -101,8 +104,11 @@ func TestIndexDevices(t *testing.T) {
 	if !devs[1].Healthy || devs[2].Healthy {
 		t.Errorf("taints: GPU-b healthy %v (effect None), GPU-c healthy %v (NoSchedule)", devs[1].Healthy, devs[2].Healthy)
 	}
-	if d := devs[3]; !d.Cordoned || d.MemoryMiB != 20*1024 || d.Slots != 2 {
+	if d := devs[3]; !d.Cordoned || d.MemoryMiB != 20*1024 || d.Slots != 2 || !d.Healthy {
 		t.Errorf("a GPU in MIG mode: %+v, want cordoned (no whole-GPU request), 20 GiB from its partitions, 2 slots", d)
+	}
+	if devs[4].Healthy {
+		t.Error("a GPU whose partition is tainted NoExecute is healthy")
 	}
 	if !slices.Contains(told, "n1") {
 		t.Errorf("n1's change not told: %v", told)
@@ -206,6 +212,13 @@ func TestTrackerCountsClaims(t *testing.T) {
 	x.ClaimChanged(nil, claim("ns", "reserved", "c2", []types.UID{"reserved"}, res(NVIDIA.Name, "n1", "gpu-1")))
 	x.ClaimChanged(nil, claim("other", "elsewhere", "c3", nil, res(NVIDIA.Name, "n1", "gpu-2")))
 
+	// A pod whose status names a claim not seen yet holds its request
+	// until the claim is counted: never nothing.
+	early := gpuPod("early", "n1", 1)
+	early.Status.ExtendedResourceClaimStatus = &v1.PodExtendedResourceClaimStatus{ResourceClaimName: "early-gpu"}
+	if st := tr.Compute(node, []*v1.Pod{early}, 0, 0, "", false); st.Overcommitted || st.Free[0]+st.Free[1]+st.Free[2]+st.Free[3] != 0 {
+		t.Errorf("three claims and a pod whose claim is not seen yet: free %v, want the fourth device held by its request", st.Free[:4])
+	}
 	st := tr.Compute(node, []*v1.Pod{served, reserved, loose}, 0, 0, "", false)
 	if !st.Claimed || st.Count != 4 || st.DoubleView != "" {
 		t.Fatalf("inventory %+v", st.Inventory)
@@ -223,10 +236,28 @@ func TestTrackerCountsClaims(t *testing.T) {
 	if out, _, _ := st.Fit(&gpu.Request{Count: 2}); out != gpu.TooFewFreeDevices {
 		t.Errorf("two GPUs fit where one is left: %v", out)
 	}
-	// Shares of the request dialect are not delivered on a DRA node.
-	if out, _, _ := st.Fit(&gpu.Request{Count: 1, Milli: 500, Slot: true, NeedsDelivery: true}); out != gpu.NoShareDelivery {
-		t.Errorf("a share on a DRA node: %v", out)
+	// Shares of the request dialect are not delivered on a DRA node, not
+	// even accounting only: DRA's allocator would hand out a whole device.
+	for _, r := range []gpu.Request{{Milli: 500, Slot: true, NeedsDelivery: true}, {Milli: 500}} {
+		if out, _, _ := st.Fit(&r); out != gpu.NoShareDelivery {
+			t.Errorf("a share on a DRA node (%+v): %v", r, out)
+		}
 	}
+	// A pod binding (reserved, its claim allocated for it, not in this
+	// view yet): its claim holds its device, not the reservation too.
+	tr.Reserve("n1", "binding", gpu.Reservation{Namespace: "ns", Name: "binding", Choice: gpu.Choice{Mask: 1 << 3, Milli: 1000}})
+	x.ClaimChanged(nil, claim("ns", "binding-gpu", "c5", []types.UID{"binding"}, res(NVIDIA.Name, "n1", "gpu-3")))
+	if st := tr.Compute(node, []*v1.Pod{served, reserved}, 0, 0, "", false); st.Overcommitted || st.Free[3] != 0 {
+		t.Errorf("a binding pod's reservation and claim: overcommitted %v, free %v", st.Overcommitted, st.Free[:4])
+	}
+	x.ClaimChanged(claim("ns", "binding-gpu", "c5", nil), nil)
+	tr.Unreserve("binding")
+	// GFD's product label names the model; the driver's is the type.
+	node.Labels = map[string]string{gpu.LabelGPUProduct: "A100-by-GFD"}
+	if st := tr.Compute(node, nil, 0, 0, "", false); st.Devices[0].Model != "A100-by-GFD" || st.Devices[0].Type != "NVIDIA-A100-SXM4-80GB" {
+		t.Errorf("model %q type %q", st.Devices[0].Model, st.Devices[0].Type)
+	}
+	node.Labels = nil
 	// A claim more than the node has overcommits it.
 	x.ClaimChanged(nil, claim("other", "twice", "c4", nil, res(NVIDIA.Name, "n1", "gpu-0")))
 	if st := tr.Compute(node, []*v1.Pod{served, reserved}, 0, 0, "", false); !st.Overcommitted {

@@ -3,10 +3,12 @@ package gpufit
 import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/agent/dra"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
@@ -119,6 +121,11 @@ func (pl *GPUFit) claimRequest(pod *v1.Pod) (gpu.Request, bool) {
 func (pl *GPUFit) isSchedulableAfterSliceChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
 	s, ok := newObj.(*resourceapi.ResourceSlice)
 	if !ok || !pl.claims.Reads(s.Spec.Driver) {
+		return fwk.QueueSkip, nil
+	}
+	if old, ok := oldObj.(*resourceapi.ResourceSlice); ok && apiequality.Semantic.DeepEqual(old.Spec.Devices, s.Spec.Devices) &&
+		ptr.Equal(old.Spec.NodeName, s.Spec.NodeName) {
+		// Republished as it was (a new generation of the same devices).
 		return fwk.QueueSkip, nil
 	}
 	if !pl.usesGPU(pod) {

@@ -29,6 +29,8 @@ func TestDRAHints(t *testing.T) {
 	gpuPod := st.MakePod().Name("p").UID("p").Req(map[v1.ResourceName]string{gpu.ResourceNvidiaGPU: "1"}).Obj()
 	cpuPod := st.MakePod().Name("c").UID("c").Req(map[v1.ResourceName]string{v1.ResourceCPU: "1"}).Obj()
 	ours := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: resourceapi.ResourceSliceSpec{Driver: dra.NVIDIA.Name, NodeName: ptr.To("n")}}
+	changed := ours.DeepCopy()
+	changed.Spec.Devices = []resourceapi.Device{{Name: "gpu-0"}}
 	theirs := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: resourceapi.ResourceSliceSpec{Driver: "net.example.com", NodeName: ptr.To("n")}}
 	free := allocated(dra.NVIDIA.Name).DeepCopy()
 	free.Status.Allocation = nil
@@ -40,6 +42,8 @@ func TestDRAHints(t *testing.T) {
 		want     fwk.QueueingHint
 	}{
 		{name: "our driver's slice", slice: true, pod: gpuPod, new: ours, want: fwk.Queue},
+		{name: "our driver's slice, devices changed", slice: true, pod: gpuPod, old: ours, new: changed, want: fwk.Queue},
+		{name: "our driver's slice, republished as it was", slice: true, pod: gpuPod, old: ours, new: ours.DeepCopy(), want: fwk.QueueSkip},
 		{name: "another driver's slice", slice: true, pod: gpuPod, new: theirs, want: fwk.QueueSkip},
 		{name: "a slice, a CPU pod", slice: true, pod: cpuPod, new: ours, want: fwk.QueueSkip},
 		{name: "claim deallocated", pod: gpuPod, old: allocated(dra.NVIDIA.Name), new: free, want: fwk.Queue},

@@ -478,6 +478,11 @@ func (s *Shared) CPUOnlyScore(sc gpu.Scoring, nodeInfo fwk.NodeInfo, r *gpu.Requ
 		for _, name := range s.Tracker().Options().ResourceNames {
 			gpus += scalar[name]
 		}
+		if x := s.Tracker().Options().Claims; gpus == 0 && x != nil {
+			if _, ok := x.NodeDevices(nodeInfo.Node().Name); ok {
+				gpus = 1 // its GPUs are DRA's
+			}
+		}
 		if raw, ok := sc.CPUOnlyQuick(gpus > 0, nodeInfo.Node().Name, cpuFree(nodeInfo), memFree(nodeInfo), r, wl); ok {
 			return raw
 		}
