@@ -184,6 +184,7 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 		return nil, err
 	}
 	defer fw.Close()
+	setAllocator(fw, e.Policy)
 
 	// The scheduling queue as scheduler.New builds it, on a simulated clock.
 	epoch := time.Unix(0, 0)

@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
@@ -263,6 +264,17 @@ func TraceTasks(t *Trace, coverage float64) []config.WorkloadTask {
 	return out
 }
 
+// setAllocator models a fleet whose devices DRA's allocator hands out, for
+// the DRA policies.
+func setAllocator(fw fwk.Handle, p Policy) {
+	switch p {
+	case DRAFirstFit:
+		gpufit.SetAllocator(fw, func(st *gpu.NodeState, r *gpu.Request) (gpu.Choice, bool) { return st.FirstFit(r, nil) })
+	case DRABestFit:
+		gpufit.SetAllocator(fw, func(st *gpu.NodeState, r *gpu.Request) (gpu.Choice, bool) { return st.FirstFit(r, st.DeviceOrder(nil)) })
+	}
+}
+
 // Run replays one experiment.
 func Run(ctx context.Context, e Experiment) (*Result, error) {
 	start := time.Now()
@@ -290,12 +302,7 @@ func Run(ctx context.Context, e Experiment) (*Result, error) {
 		return nil, err
 	}
 	defer fw.Close()
-	switch e.Policy {
-	case DRAFirstFit:
-		gpufit.SetAllocator(fw, func(st *gpu.NodeState, r *gpu.Request) (gpu.Choice, bool) { return st.FirstFit(r, nil) })
-	case DRABestFit:
-		gpufit.SetAllocator(fw, func(st *gpu.NodeState, r *gpu.Request) (gpu.Choice, bool) { return st.FirstFit(r, st.DeviceOrder(nil)) })
-	}
+	setAllocator(fw, e.Policy)
 
 	res := &Result{Format: ResultFormat, Workload: e.Trace.Workload, Policy: e.Policy, Seed: e.Seed, Tune: e.Tune,
 		TieOrder: e.TieOrder, Pods: len(arrival.Pods), Capacity: e.Trace.Capacity()}
