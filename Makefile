@@ -24,7 +24,7 @@ export CGO_ENABLED := 0
 UNIT_PKGS = $$($(GO) list ./... | grep -vE '/test/(e2e|integration|bench)')
 
 K8S_PHONY := k8s-binaries k8s-e2e-binaries e2e-versions
-.PHONY: $(K8S_PHONY) all build binaries run test unit integration e2e e2e-kind image lint dist bench bench-requeue bench-openb bench-dynamic bench-throughput bench-churn fuzz manifests clean help
+.PHONY: $(K8S_PHONY) all build binaries run test unit integration e2e e2e-kind image lint dist bench bench-requeue bench-openb bench-dynamic bench-dra bench-throughput bench-churn fuzz manifests clean help
 
 all: build
 
@@ -267,6 +267,19 @@ DYN_OUT ?= out/dynamic
 bench-dynamic: $(BIN)/gpu-sim
 	$(BIN)/gpu-sim --mode dynamic --trace-dir $(OPENB_TRACE) --workload $(DYN_WORKLOADS) --policy $(DYN_POLICIES) \
 		--seeds $(DYN_SEEDS) --tune 1.3 --arrival-span $(DYN_SPAN) --out $(DYN_OUT)
+
+# DRA's device choice (issue 33): a fleet whose devices DRA's allocator hands
+# out, nodes chosen as by learned, each pod's devices the allocator's first
+# fit in the slices' order (upstream's plugin) or in ours (GPUDynamicResources:
+# best fit); static on every workload, and with departures on default
+# (docs/benchmarks.md § DRA).
+DRA_SEEDS ?= 42-46
+DRA_OUT ?= out/dra
+bench-dra: $(BIN)/gpu-sim
+	$(BIN)/gpu-sim --trace-dir $(OPENB_TRACE) --workload grid --policy learned-dra-firstfit,learned-dra,learned --seeds $(DRA_SEEDS) \
+		--tie-order reference --tune 1.3 --parallel $(PARALLEL) --out $(DRA_OUT)
+	$(BIN)/gpu-sim --mode dynamic --trace-dir $(OPENB_TRACE) --workload default --policy learned-dra-firstfit,learned-dra \
+		--seeds 42-44 --tune 1.3 --arrival-span 30m --out $(DRA_OUT)-dynamic
 
 # Scheduling throughput of gpu-scheduler beside the vanilla kube-scheduler,
 # same control plane, same pods: (a) vanilla / (b) ours on CPU-only pods,

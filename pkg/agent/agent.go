@@ -1,11 +1,15 @@
 // Package agent is the scheduler's side of the node agents that deliver the
-// devices it chooses: HAMi's device plugin (pkg/agent/hami) today, a DRA
-// driver next. An agent reports a node's devices and reads its own request
-// dialect (gpu.Agent, in the domain package, which knows nothing of where an
-// inventory comes from); here is what a bind through it takes. The plugins
-// hold a Delivery per pod and call it in this order: Hold, Others (the
-// caller checks its choice against them), Verify, then the binding with
-// Annotations; Release whenever the bind did not land.
+// devices it chooses: HAMi's device plugin (pkg/agent/hami) and DRA drivers
+// (pkg/agent/dra). An agent reports a node's devices and what the pods (or
+// claims) there hold, in the domain's terms (gpu.Agent for HAMi, which also
+// reads its request dialect; gpu.ClaimSource for DRA), and the domain
+// package knows nothing of where an inventory comes from. Here is what a
+// bind through an agent takes. The plugins hold a Delivery per pod and call
+// it in this order: Hold, Others (the caller checks its choice against
+// them), Verify, then the binding with Annotations; Release whenever the
+// bind did not land. A DRA driver has no Binder: the DynamicResources
+// plugin writes the allocation that travels with the binding and releases
+// it when the bind fails (GPUDynamicResources only orders what it sees).
 package agent
 
 import (
