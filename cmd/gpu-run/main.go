@@ -391,7 +391,11 @@ func printTable(pods []v1.Pod, nodes []v1.Node, claimed *claimView) {
 		} else if msg := unschedulable(p); msg != "" {
 			status = "Pending: " + msg
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, kubectlgpu.Describe(p, gpu.RequestOptions{ResourceNames: []v1.ResourceName{gpu.ResourceNvidiaGPU}, Agent: hami.Agent{}}), node, model, devices, delivered(p), status)
+		request := kubectlgpu.Describe(p, gpu.RequestOptions{ResourceNames: []v1.ResourceName{gpu.ResourceNvidiaGPU}, Agent: hami.Agent{}})
+		if len(p.Spec.ResourceClaims) > 0 {
+			request = "DRA claim"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, request, node, model, devices, delivered(p), status)
 	}
 	w.Flush()
 	fmt.Println()

@@ -199,7 +199,7 @@ func untaintReady(ctx context.Context, client kubernetes.Interface, cur *v1.Node
 // Demo is a small, realistic fleet: CPU-only nodes and 1-, 2-, 4- and 8-GPU
 // nodes of several models, one with an unhealthy device; l4-0 and a100-0 run
 // HAMi's device plugin (split 10), so that shares have somewhere to go;
-// h200-dra-0 and t4-dra-0 publish their GPUs through DRA.
+// b200-dra-0 and t4-dra-0 publish their GPUs through DRA.
 func Demo() []Node {
 	return []Node{
 		{Name: "cpu-0", CPU: "32", Memory: "128Gi"},
@@ -212,7 +212,7 @@ func Demo() []Node {
 		{Name: "h100-0", CPU: "112", Memory: "2Ti", GPUs: 8, Model: "NVIDIA-H100-80GB-HBM3", MemoryMiB: 81559},
 		// GPUs published through DRA (fake drivers): NVIDIA's, whole GPUs;
 		// HAMi's, shared by capacity.
-		{Name: "h200-dra-0", CPU: "112", Memory: "2Ti", GPUs: 8, Model: "NVIDIA-H200", MemoryMiB: 143771, DRA: fakedra.NVIDIA},
+		{Name: "b200-dra-0", CPU: "112", Memory: "2Ti", GPUs: 8, Model: "NVIDIA-B200", MemoryMiB: 183359, DRA: fakedra.NVIDIA},
 		{Name: "t4-dra-0", CPU: "32", Memory: "128Gi", GPUs: 2, Model: "Tesla-T4", MemoryMiB: 15360, DRA: fakedra.HAMi},
 	}
 }

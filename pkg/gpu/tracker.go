@@ -901,7 +901,14 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 		st.TakeUses(c.Uses)
 		if explain != nil {
 			ns, name, _ := strings.Cut(c.Name, "/")
-			*explain = append(*explain, Holding{Namespace: ns, Name: name, Devices: int32(len(c.Uses)),
+			milli := int32(MilliPerGPU)
+			if len(c.Uses) == 1 {
+				if i := st.DeviceIndex(c.Uses[0].UUID); i >= 0 {
+					u := c.Uses[0]
+					milli = min(DeviceShare{MemoryMiB: u.MemoryMiB, Cores: u.Cores}.milliOn(&st.Devices[i]), MilliPerGPU)
+				}
+			}
+			*explain = append(*explain, Holding{Namespace: ns, Name: name, Devices: int32(len(c.Uses)), Milli: milli,
 				Source: HoldClaim, Fits: true, Mask: usesMask(c.Uses, &st.Inventory)})
 		}
 	}
