@@ -762,6 +762,15 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 	if st.Claimed {
 		claims = t.opts.Claims.Claimed(node.Name)
 	}
+	// retire counts a reserved pod once, by what it now holds; once the
+	// scheduler's snapshot shows that, the reservation has done its job.
+	retire := func(uid types.UID) {
+		handled[uid] = true
+		if snapshot {
+			delete(s.reservations, uid)
+			done = append(done, uid)
+		}
+	}
 	var nominees []*v1.Pod
 	read := 0
 	for i, pod := range pods {
@@ -801,11 +810,7 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 			// Its claim holds its devices (below), whoever allocated it.
 			note(pod, 0, 0, HoldClaim, "", 0)
 			if reserved {
-				handled[pod.UID] = true
-				if snapshot {
-					delete(s.reservations, pod.UID)
-					done = append(done, pod.UID)
-				}
+				retire(pod.UID)
 			}
 			continue
 		}
@@ -824,13 +829,7 @@ func (t *Tracker) compute(node *v1.Node, pods []*v1.Pod, cpuFree, memFree int64,
 			}
 			note(pod, devices, milli, source, "", mask)
 			if reserved {
-				handled[pod.UID] = true
-				if snapshot {
-					// The scheduler sees the assignment: the
-					// reservation has done its job.
-					delete(s.reservations, pod.UID)
-					done = append(done, pod.UID)
-				}
+				retire(pod.UID)
 			}
 			continue
 		}
