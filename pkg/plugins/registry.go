@@ -10,6 +10,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	_ "github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme" // our args in the scheduler's scheme
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/fitfast"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpudra"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpufit"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpupreemption"
@@ -21,6 +22,7 @@ import (
 // Registry holds our out-of-tree plugins.
 func Registry() frameworkruntime.Registry {
 	return frameworkruntime.Registry{
+		fitfast.Name:        fitfast.New,
 		gpufit.Name:         gpufit.New,
 		gpudra.Name:         gpudra.New,
 		gpupreemption.Name:  gpupreemption.New,

@@ -438,6 +438,9 @@ func TestActivatesOnlyWhatItJudges(t *testing.T) {
 		"a volume":                          {pendingPod("p", nil, 1), []string{"VolumeBinding"}, false},
 		"no status plugin":                  {pendingPod("p", nil, 1), []string{""}, false},
 		"NodeResourcesFit, storage unknown": {withStorage, []string{GPUFitName, "NodeResourcesFit"}, false},
+		// The shipped profile runs NodeResourcesFit under this name.
+		"GPUs and CPU, fast fit":    {pendingPod("p", nil, 1), []string{GPUFitName, NodeResourcesFitFastName}, true},
+		"fast fit, storage unknown": {withStorage, []string{GPUFitName, NodeResourcesFitFastName}, false},
 		// Its attempt failed after the filters, or this process has not
 		// seen one: once per resync period (below).
 		"no attempt recorded": {pendingPod("p", nil, 1), nil, true},

@@ -478,7 +478,7 @@ func rechecks(pod *v1.Pod, plugins []string, opts gpu.RequestOptions) bool {
 	for _, p := range plugins {
 		switch p {
 		case GPUFitName, names.NodeUnschedulable, names.TaintToleration, names.NodeAffinity:
-		case names.NodeResourcesFit:
+		case names.NodeResourcesFit, NodeResourcesFitFastName:
 			if !onlyModelledResources(pod, opts) {
 				return false
 			}
@@ -498,6 +498,10 @@ func rechecks(pod *v1.Pod, plugins []string, opts gpu.RequestOptions) bool {
 
 // GPUFitName is the plugin's name (the framework's status names it).
 const GPUFitName = "GPUFit"
+
+// NodeResourcesFitFastName is the in-tree NodeResourcesFit as the shipped
+// profile runs it (pkg/plugins/fitfast: the same verdicts).
+const NodeResourcesFitFastName = "NodeResourcesFitFast"
 
 // GPUDynamicResourcesName is the in-tree DynamicResources plugin as the
 // shipped profile runs it (pkg/plugins/gpudra).

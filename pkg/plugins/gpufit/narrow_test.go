@@ -380,4 +380,8 @@ func TestBlindToBoundPods(t *testing.T) {
 	if blindToBoundPods[names.NodeResourcesFit] || !seen[names.NodeResourcesFit] {
 		t.Errorf("NodeResourcesFit must be seen and not trusted")
 	}
+	// NodeResourcesFitFast is NodeResourcesFit under another name.
+	if blindToBoundPods[requeue.NodeResourcesFitFastName] {
+		t.Errorf("NodeResourcesFitFast is trusted as NodeResourcesFit is not")
+	}
 }
