@@ -2,13 +2,18 @@ package offline_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes/fake"
+	featuregatetesting "k8s.io/component-base/featuregate/testing"
+	"k8s.io/kubernetes/pkg/features"
 	kubeschedulerscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	configv1 "k8s.io/kubernetes/pkg/scheduler/apis/config/v1"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -308,3 +313,57 @@ profiles:
 type writer struct{ b *strings.Builder }
 
 func (w writer) Write(p []byte) (int, error) { return w.b.Write(p) }
+
+// The shipped profile filters in upstream's order up to NodeResourcesFit,
+// with NodeResourcesFitFast in its place (a node that fails several filters
+// is reported by the same one as in the vanilla scheduler), with and
+// without the gate that adds DeferredPodScheduling before it.
+func TestShippedFilterOrder(t *testing.T) {
+	filters := func(t *testing.T, data []byte, profile string) []string {
+		cfg, err := offline.LoadConfig(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prof, err := offline.Profile(cfg, profile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cluster, err := offline.NewCluster(nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, _, err := offline.NewFramework(ktesting.Init(t), prof, cluster, fake.NewClientset(), offline.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, p := range f.ListPlugins().Filter.Enabled {
+			names = append(names, p.Name)
+		}
+		return names
+	}
+	upTo := func(names []string, last string) []string {
+		i := slices.Index(names, last)
+		if i < 0 {
+			t.Fatalf("%s is not a filter: %v", last, names)
+		}
+		return names[:i]
+	}
+	for _, gate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("InPlacePodVerticalScalingSchedulerPreemption=%v", gate), func(t *testing.T) {
+			featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.InPlacePodVerticalScalingSchedulerPreemption, gate)
+			vanilla := filters(t, []byte("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"), "default-scheduler")
+			ours := filters(t, manifests.SchedulerConfig, gpu.SchedulerName)
+			if slices.Contains(ours, "NodeResourcesFit") {
+				t.Errorf("NodeResourcesFit filters beside NodeResourcesFitFast: %v", ours)
+			}
+			want, got := upTo(vanilla, "NodeResourcesFit"), upTo(ours, "NodeResourcesFitFast")
+			if gate != slices.Contains(want, "DeferredPodScheduling") {
+				t.Fatalf("upstream's filters before NodeResourcesFit: %v (gate %v)", want, gate)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("filters before NodeResourcesFitFast %v, upstream's before NodeResourcesFit %v\nall: %v", got, want, ours)
+			}
+		})
+	}
+}

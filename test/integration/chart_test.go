@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gpu-scheduler/gpu-scheduler/manifests"
 	ourconfig "github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
@@ -166,7 +167,7 @@ func TestHelmChart(t *testing.T) {
 		"plain nodes, BestFit, three replicas, gangs, monitoring": {
 			set: []string{"nodeAgent=plain", "accountingOnlySharing=true", "replicaCount=3", "pluginArgs.GPUScore.policy=BestFit",
 				"pluginArgs.GPUPreemption.minCandidateNodesAbsolute=50", "pluginArgs.GPUScore.targetWorkload.halfLifePods=0",
-				"pluginArgs.GPUFit.requeue.enabled=false", "schedulerName=gpu-x", "featureGates.GenericWorkload=true", "image.tag=v9.9.9",
+				"pluginArgs.GPUFit.requeue.enabled=false", "pluginArgs.NodeResourcesFitFast.ignoredResources={nvidia.com/gpumem,example.com/x}", "schedulerName=gpu-x", "featureGates.GenericWorkload=true", "image.tag=v9.9.9",
 				"monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true", "monitoring.dashboard.enabled=true",
 				"monitoring.serviceMonitor.labels.release=kps", "monitoring.prometheusRule.labels.release=kps",
 				"nodeSelector.node-role\\.kubernetes\\.io/control-plane=", "tolerations[0].key=node-role.kubernetes.io/control-plane",
@@ -196,6 +197,19 @@ func TestHelmChart(t *testing.T) {
 						sel, _, _ := unstructured.NestedStringMap(o.Object, "spec", "template", "spec", "nodeSelector")
 						if _, ok := sel["node-role.kubernetes.io/control-plane"]; !ok || len(tol) != 1 {
 							t.Errorf("deployment: nodeSelector %v, tolerations %v", sel, tol)
+						}
+					}
+					if o.GetKind() == "ConfigMap" && strings.HasSuffix(o.GetName(), "-config") {
+						d, _, _ := unstructured.NestedString(o.Object, "data", "scheduler-config.yaml")
+						cfg, _ := offline.LoadConfig([]byte(d))
+						var got string
+						for _, pc := range cfg.Profiles[0].PluginConfig {
+							if u, ok := pc.Args.(*runtime.Unknown); ok && pc.Name == "NodeResourcesFitFast" {
+								got = string(u.Raw)
+							}
+						}
+						if !strings.Contains(got, `"ignoredResources":["nvidia.com/gpumem","example.com/x"]`) {
+							t.Errorf("NodeResourcesFitFast's args: %s", got)
 						}
 					}
 					if o.GetKind() == "ConfigMap" && o.GetName() == "gpu-scheduler-dashboard" {

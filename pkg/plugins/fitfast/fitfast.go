@@ -2,16 +2,17 @@
 // answers "fits" without allocating. Upstream's Filter builds a slice of
 // insufficient resources on every call (garbage per node and pod: the
 // largest allocation site of a scheduling cycle at 5,000 nodes), and for
-// each extended resource a pod asks for (nvidia.com/gpu) runs a regular
-// expression and a DRA lookup per node, though the node has the resource
-// free. Here a node where every resource the pod asks for is free outright
-// passes after a few comparisons; any other node goes to upstream's Filter,
-// which gives the verdict and the reasons, so every status is upstream's.
+// each extended resource a pod asks for (nvidia.com/gpu) formats a string
+// and runs a regular expression per node. Here a node where every resource
+// the pod asks for is free outright (or is one upstream ignores) passes
+// after a few comparisons; any other node goes to upstream's Filter, which
+// gives the verdict and the reasons, so every status is upstream's.
 //
 // The shortcut is exact: upstream checks the request, or a smaller delta
 // for a pod already on the node (in-place resize), against the same free
 // amounts, and only ever skips a check (ignored resources, resources DRA
-// serves); a request that fits outright fits there too.
+// serves); a request that fits outright fits there too, and an extended
+// resource in ignoredResources is skipped here as upstream skips it.
 //
 // Every other extension point (PreFilter, queueing hints, SignPod, PreScore,
 // Score) is the in-tree plugin's, unchanged. The shipped profile runs this
@@ -20,9 +21,8 @@
 package fitfast
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
@@ -30,11 +30,13 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	schedscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
+	kjson "sigs.k8s.io/json"
 )
 
 // Name is the plugin's name in the registry and in configs.
@@ -60,6 +62,10 @@ type request interface {
 // statuses and hints by Name()), with the Filter's shortcut.
 type Plugin struct {
 	*noderesources.Fit
+	// ignored: the ignoredResources that are extended resources (upstream
+	// skips those only), decided once. ignoredResourceGroups are not
+	// modelled: a resource of such a group goes to upstream's Filter.
+	ignored map[v1.ResourceName]bool
 }
 
 var _ fwk.FilterPlugin = &Plugin{}
@@ -80,7 +86,13 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if !ok {
 		return nil, fmt.Errorf("%s: the in-tree plugin is a %T", Name, p)
 	}
-	return &Plugin{Fit: fit}, nil
+	pl := &Plugin{Fit: fit, ignored: map[v1.ResourceName]bool{}}
+	for _, r := range args.IgnoredResources {
+		if v1helper.IsExtendedResourceName(v1.ResourceName(r)) {
+			pl.ignored[v1.ResourceName(r)] = true
+		}
+	}
+	return pl, nil
 }
 
 // Name is the plugin's registry name.
@@ -89,15 +101,15 @@ func (*Plugin) Name() string { return Name }
 // Filter passes a node where the pod's whole request is free, and asks
 // upstream's Filter about any other.
 func (pl *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni fwk.NodeInfo) *fwk.Status {
-	if fitsOutright(cs, ni) {
+	if pl.fitsOutright(cs, ni) {
 		return nil
 	}
 	return pl.Fit.Filter(ctx, cs, pod, ni)
 }
 
 // fitsOutright: one more pod is allowed, and every resource asked for is
-// free in full. Upstream's checks, in its order, with none skipped.
-func fitsOutright(cs fwk.CycleState, ni fwk.NodeInfo) bool {
+// free in full or ignored. Upstream's checks, in its order.
+func (pl *Plugin) fitsOutright(cs fwk.CycleState, ni fwk.NodeInfo) bool {
 	d, err := cs.Read(stateKey)
 	if err != nil {
 		return false
@@ -120,7 +132,7 @@ func fitsOutright(cs fwk.CycleState, ni fwk.NodeInfo) bool {
 		return false
 	}
 	for name, q := range r.GetScalarResources() {
-		if q > 0 && q > alloc.GetScalarResources()[name]-used.GetScalarResources()[name] {
+		if q > 0 && q > alloc.GetScalarResources()[name]-used.GetScalarResources()[name] && !pl.ignored[name] {
 			return false
 		}
 	}
@@ -135,12 +147,20 @@ func argsFrom(obj runtime.Object) (*config.NodeResourcesFitArgs, error) {
 	}
 	v1args := &configv1.NodeResourcesFitArgs{}
 	if u, ok := obj.(*runtime.Unknown); ok && len(u.Raw) > 0 {
-		// Strict, as the scheduler decodes in-tree args: a misspelt field
-		// is an error, not a default.
-		dec := json.NewDecoder(bytes.NewReader(u.Raw))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(v1args); err != nil {
+		// Strict, as the scheduler decodes in-tree args: a misspelt,
+		// miscased or repeated field is an error, not a default.
+		strict, err := kjson.UnmarshalStrict(u.Raw, v1args, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+		if err != nil {
 			return nil, fmt.Errorf("args: %w", err)
+		}
+		if len(strict) > 0 {
+			return nil, fmt.Errorf("args: %w", errors.Join(strict...))
+		}
+		if k := v1args.Kind; k != "" && k != "NodeResourcesFitArgs" && k != Name+"Args" {
+			return nil, fmt.Errorf("args: kind %q, want NodeResourcesFitArgs", k)
+		}
+		if v := v1args.APIVersion; v != "" && v != configv1.SchemeGroupVersion.String() {
+			return nil, fmt.Errorf("args: apiVersion %q, want %s", v, configv1.SchemeGroupVersion)
 		}
 	} else if obj != nil {
 		return nil, fmt.Errorf("got args of type %T, want NodeResourcesFitArgs", obj)

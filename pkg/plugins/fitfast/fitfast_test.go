@@ -22,6 +22,8 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/requeue"
 )
 
 var testArgs = runtime.RawExtension{Raw: []byte(`{"ignoredResources":["example.com/ignored"],"ignoredResourceGroups":["ignored.io"]}`)}
@@ -37,10 +39,10 @@ func both(t testing.TB) (*Plugin, fwk.FilterPlugin) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args, err := argsFrom(&runtime.Unknown{Raw: testArgs.Raw})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Upstream's args written out here, not decoded by argsFrom: a
+	// decoding bug shows as a difference.
+	args := &config.NodeResourcesFitArgs{IgnoredResources: []string{"example.com/ignored"}, IgnoredResourceGroups: []string{"ignored.io"},
+		ScoringStrategy: &config.ScoringStrategy{Type: config.LeastAllocated, Resources: []config.ResourceSpec{{Name: "cpu", Weight: 1}, {Name: "memory", Weight: 1}}}}
 	up, err := noderesources.NewFit(ctx, args, fh, plfeature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate))
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +73,13 @@ func randList(rng *rand.Rand, p float64, scale, scalars int64) v1.ResourceList {
 		if rng.Float64() < p*scalarShare {
 			l[n] = *resource.NewQuantity(rng.Int63n(scalars)+1, resource.DecimalSI)
 		}
+	}
+	// Explicit zeros: checked by neither.
+	if rng.Intn(10) == 0 {
+		l[v1.ResourceCPU] = resource.MustParse("0")
+	}
+	if rng.Intn(10) == 0 {
+		l[scalarNames[rng.Intn(len(scalarNames))]] = resource.MustParse("0")
 	}
 	return l
 }
@@ -119,11 +128,11 @@ func randPod(rng *rand.Rand, name string) *v1.Pod {
 // request grew, the pod limit), our Filter's status is upstream's, code and
 // reasons, with the in-place resize gate off and on.
 func TestFilterMatchesUpstream(t *testing.T) {
-	for _, inPlace := range []bool{false, true} {
-		t.Run(fmt.Sprintf("inPlacePreemption=%v", inPlace), func(t *testing.T) {
-			if inPlace {
-				featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.InPlacePodVerticalScalingSchedulerPreemption, true)
-			}
+	for _, gates := range []struct{ inPlace, podLevel bool }{{false, true}, {true, true}, {false, false}, {true, false}} {
+		inPlace := gates.inPlace
+		t.Run(fmt.Sprintf("inPlacePreemption=%v,podLevelResources=%v", inPlace, gates.podLevel), func(t *testing.T) {
+			featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.InPlacePodVerticalScalingSchedulerPreemption, inPlace)
+			featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.PodLevelResources, gates.podLevel)
 			ours, up := both(t)
 			ctx := klog.NewContext(context.Background(), klog.Background())
 			rng := rand.New(rand.NewSource(42))
@@ -140,12 +149,18 @@ func TestFilterMatchesUpstream(t *testing.T) {
 					ni.AddPod(p)
 				}
 				pod := randPod(rng, "pod")
-				if pods := ni.GetPods(); len(pods) > 0 && rng.Intn(4) == 0 {
+				switch pods := ni.GetPods(); {
+				case len(pods) > 0 && rng.Intn(4) == 0:
 					// A pod already on the node, asking for more than the
 					// node holds for it (upstream checks only the growth).
 					cached := pods[rng.Intn(len(pods))].GetPod()
 					pod.UID, pod.Name, pod.Spec.NodeName = cached.UID, cached.Name, "n"
 					onNode++
+				case rng.Intn(10) == 0:
+					// Bound here, but not in the node's pods yet.
+					pod.Spec.NodeName = "n"
+				case rng.Intn(10) == 0:
+					pod.Spec.NodeName = "elsewhere"
 				}
 				cs := framework.NewCycleState()
 				if _, s := ours.PreFilter(ctx, cs, pod, nil); !s.IsSuccess() {
@@ -190,6 +205,8 @@ func TestShortcutTaken(t *testing.T) {
 		{"gpu", map[v1.ResourceName]string{v1.ResourceCPU: "4", v1.ResourceMemory: "32Gi", "nvidia.com/gpu": "1"}, true},
 		{"two-gpus", map[v1.ResourceName]string{v1.ResourceCPU: "4", "nvidia.com/gpu": "2"}, false},
 		{"cpu-short", map[v1.ResourceName]string{v1.ResourceCPU: "8"}, false},
+		// In ignoredResources: no node has it, and upstream does not check.
+		{"ignored", map[v1.ResourceName]string{v1.ResourceCPU: "1", "example.com/ignored": "3"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := st.MakePod().Name(tc.name).UID(tc.name).Req(tc.req).Obj()
@@ -229,6 +246,10 @@ func TestArgs(t *testing.T) {
 		{"misspelt", `{"ignoredResource":["nvidia.com/gpumem"]}`, false},
 		{"bad-strategy", `{"scoringStrategy":{"type":"Nonsense"}}`, false},
 		{"bad-group", `{"ignoredResourceGroups":["a/b"]}`, false},
+		{"miscased", `{"IgnoredResources":["nvidia.com/gpumem"]}`, false},
+		{"repeated", `{"ignoredResources":["a.io/x"],"ignoredResources":["b.io/y"]}`, false},
+		{"kind", `{"kind":"NodeResourcesFitArgs","apiVersion":"kubescheduler.config.k8s.io/v1"}`, true},
+		{"other-kind", `{"kind":"GPUFitArgs"}`, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var obj runtime.Object
@@ -247,5 +268,12 @@ func TestArgs(t *testing.T) {
 	if _, err := New(ctx, &config.NodeResourcesFitArgs{ScoringStrategy: &config.ScoringStrategy{Type: config.LeastAllocated,
 		Resources: []config.ResourceSpec{{Name: "cpu", Weight: 1}}}}, fh); err != nil {
 		t.Errorf("internal args: %v", err)
+	}
+}
+
+// The reconciler re-checks NodeResourcesFitFast's rejections by its name.
+func TestNameKnownToRequeue(t *testing.T) {
+	if Name != requeue.NodeResourcesFitFastName {
+		t.Errorf("plugin %q, requeue knows %q", Name, requeue.NodeResourcesFitFastName)
 	}
 }
