@@ -2,6 +2,7 @@ package requeue
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -43,18 +44,6 @@ var (
 		Subsystem: "gpu_scheduler", Name: "stale_reservations_dropped_total", StabilityLevel: metrics.ALPHA,
 		Help: "In-flight reservations dropped because their pod is gone or carries its assignment.",
 	})
-	allocatedMilli = metrics.NewGaugeVec(&metrics.GaugeOpts{
-		Subsystem: "gpu_scheduler", Name: "allocated_milli", StabilityLevel: metrics.ALPHA,
-		Help: "Milli-GPU allocated per node and GPU model (assignments and reservations).",
-	}, []string{"node", "model"})
-	capacityMilli = metrics.NewGaugeVec(&metrics.GaugeOpts{
-		Subsystem: "gpu_scheduler", Name: "capacity_milli", StabilityLevel: metrics.ALPHA,
-		Help: "Schedulable milli-GPU per node and GPU model.",
-	}, []string{"node", "model"})
-	fragMilli = metrics.NewGaugeVec(&metrics.GaugeOpts{
-		Subsystem: "gpu_scheduler", Name: "fragmentation_milli", StabilityLevel: metrics.ALPHA,
-		Help: "Idle milli-GPU of a node that the typical pods of the target workload could not use (expected, by their shares), per node and GPU model.",
-	}, []string{"node", "model"})
 	clusterIdle = metrics.NewGauge(&metrics.GaugeOpts{
 		Subsystem: "gpu_scheduler", Name: "cluster_idle_milli", StabilityLevel: metrics.ALPHA,
 		Help: "Idle milli-GPU of the cluster's usable GPUs.",
@@ -91,10 +80,6 @@ var (
 		Subsystem: "gpu_scheduler", Name: "gang_pending_max_age_seconds", StabilityLevel: metrics.ALPHA,
 		Help: "How long the oldest unbound member of a pod group of a profile has existed (0 when none), as of the last resync: a gang waits for all its members, at PreEnqueue or Permit, without a pending condition of its own.",
 	}, []string{"profile"})
-	unhealthyGPUs = metrics.NewGaugeVec(&metrics.GaugeOpts{
-		Subsystem: "gpu_scheduler", Name: "unhealthy_gpus", StabilityLevel: metrics.ALPHA,
-		Help: "Installed GPUs that are not allocatable (capacity minus allocatable), per node and GPU model.",
-	}, []string{"node", "model"})
 )
 
 var registerOnce sync.Once
@@ -102,8 +87,77 @@ var registerOnce sync.Once
 func registerMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(reconciles, activations, queueDepth, pendingPods, activationLatency,
-			reasonWrites, passSeconds, staleReservations, allocatedMilli, capacityMilli, unhealthyGPUs,
-			fragMilli, clusterIdle, clusterFrag, clusterFragRatio, placeable, taskShare, pendingByClass, pendingAge,
+			reasonWrites, passSeconds, staleReservations, clusterIdle, clusterFrag, clusterFragRatio, placeable, taskShare, pendingByClass, pendingAge,
 			gangPending, gangPendingAge)
+		legacyregistry.CustomMustRegister(nodeMetrics)
 	})
+}
+
+// Per node and GPU model, as of the last resync. A collector serves them
+// from the rows of the last resync at each scrape: a gauge per node and
+// series held 7.6 MB at 5,000 nodes (15,000 children with their label
+// pairs) and was dropped and built again at every resync.
+var (
+	allocatedDesc = metrics.NewDesc("gpu_scheduler_allocated_milli",
+		"Milli-GPU allocated per node and GPU model (assignments and reservations).",
+		[]string{"node", "model"}, nil, metrics.ALPHA, "")
+	capacityDesc = metrics.NewDesc("gpu_scheduler_capacity_milli",
+		"Schedulable milli-GPU per node and GPU model.",
+		[]string{"node", "model"}, nil, metrics.ALPHA, "")
+	fragDesc = metrics.NewDesc("gpu_scheduler_fragmentation_milli",
+		"Idle milli-GPU of a node that the typical pods of the target workload could not use (expected, by their shares), per node and GPU model.",
+		[]string{"node", "model"}, nil, metrics.ALPHA, "")
+	unhealthyDesc = metrics.NewDesc("gpu_scheduler_unhealthy_gpus",
+		"Installed GPUs that are not allocatable (capacity minus allocatable), per node and GPU model.",
+		[]string{"node", "model"}, nil, metrics.ALPHA, "")
+	nodeMetrics = &nodeCollector{}
+)
+
+// nodeRow is one node's figures.
+type nodeRow struct {
+	node, model          string
+	unhealthy            int32
+	allocated, capacity  int64
+	frag                 float64
+	hasFrag, hasCapacity bool
+}
+
+type nodeCollector struct {
+	metrics.BaseStableCollector
+	rows atomic.Pointer[[]nodeRow]
+}
+
+// set publishes the rows of a resync (nil: none, as on a standby).
+func (c *nodeCollector) set(rows []nodeRow) {
+	if rows == nil {
+		c.rows.Store(nil)
+		return
+	}
+	c.rows.Store(&rows)
+}
+
+func (c *nodeCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
+	ch <- allocatedDesc
+	ch <- capacityDesc
+	ch <- fragDesc
+	ch <- unhealthyDesc
+}
+
+func (c *nodeCollector) CollectWithStability(ch chan<- metrics.Metric) {
+	p := c.rows.Load()
+	if p == nil {
+		return
+	}
+	for _, r := range *p {
+		if r.unhealthy > 0 {
+			ch <- metrics.NewLazyConstMetric(unhealthyDesc, metrics.GaugeValue, float64(r.unhealthy), r.node, r.model)
+		}
+		if r.hasCapacity {
+			ch <- metrics.NewLazyConstMetric(allocatedDesc, metrics.GaugeValue, float64(r.allocated), r.node, r.model)
+			ch <- metrics.NewLazyConstMetric(capacityDesc, metrics.GaugeValue, float64(r.capacity), r.node, r.model)
+		}
+		if r.hasFrag {
+			ch <- metrics.NewLazyConstMetric(fragDesc, metrics.GaugeValue, r.frag, r.node, r.model)
+		}
+	}
 }

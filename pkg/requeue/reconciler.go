@@ -773,13 +773,6 @@ type pendingClass struct{ key, class string }
 // twice in a sum), and all are computed before any is replaced, so that a
 // scrape sees few gaps.
 func (r *Reconciler) exportAllocation() {
-	type nodeRow struct {
-		node, model          string
-		unhealthy            int32
-		allocated, capacity  int64
-		frag                 float64
-		hasFrag, hasCapacity bool
-	}
 	if !r.active() {
 		resetAllocation()
 		pendingByClass.Reset()
@@ -825,19 +818,12 @@ func (r *Reconciler) exportAllocation() {
 		}
 		rows = append(rows, row)
 	}
-	resetAllocation()
-	for _, row := range rows {
-		if row.unhealthy > 0 {
-			unhealthyGPUs.WithLabelValues(row.node, row.model).Set(float64(row.unhealthy))
-		}
-		if row.hasCapacity {
-			allocatedMilli.WithLabelValues(row.node, row.model).Set(float64(row.allocated))
-			capacityMilli.WithLabelValues(row.node, row.model).Set(float64(row.capacity))
-		}
-		if row.hasFrag {
-			fragMilli.WithLabelValues(row.node, row.model).Set(row.frag)
-		}
+	if rows == nil {
+		rows = []nodeRow{}
 	}
+	nodeMetrics.set(rows)
+	placeable.Reset()
+	taskShare.Reset()
 	clusterIdle.Set(float64(idle))
 	clusterFrag.Set(frag)
 	ratio := 0.0
@@ -854,10 +840,7 @@ func (r *Reconciler) exportAllocation() {
 }
 
 func resetAllocation() {
-	allocatedMilli.Reset()
-	capacityMilli.Reset()
-	unhealthyGPUs.Reset()
-	fragMilli.Reset()
+	nodeMetrics.set(nil)
 	placeable.Reset()
 	taskShare.Reset()
 }

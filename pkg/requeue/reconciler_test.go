@@ -636,7 +636,7 @@ func TestExportsFragmentation(t *testing.T) {
 	}
 	// Both kinds waste the 400 on device 0: F = 400, of 2,400 idle.
 	for name, c := range map[string]struct{ got, want float64 }{
-		"node":       {get(fragMilli.WithLabelValues("n1", "T4")), 400},
+		"node":       {nodeGauge(t, "gpu_scheduler_fragmentation_milli", "n1", "T4"), 400},
 		"cluster":    {get(clusterFrag), 400},
 		"idle":       {get(clusterIdle), 2400},
 		"ratio":      {get(clusterFragRatio), 400.0 / 2400},
@@ -708,9 +708,37 @@ func TestStandbyExportsNoAllocation(t *testing.T) {
 	if n := count(); n != 1 {
 		t.Fatalf("leader: %d allocation series, want 1", n)
 	}
+	if a, c, u := nodeGauge(t, "gpu_scheduler_allocated_milli", "n1", "T4"), nodeGauge(t, "gpu_scheduler_capacity_milli", "n1", "T4"),
+		nodeGauge(t, "gpu_scheduler_unhealthy_gpus", "n1", "T4"); a != 600 || c != 4000 || u != -1 {
+		t.Errorf("allocated %v, capacity %v, unhealthy %v; want 600, 4000 and no series", a, c, u)
+	}
 	e.active = false
 	e.r.exportAllocation()
 	if n := count(); n != 0 {
 		t.Errorf("standby: %d allocation series, want none", n)
 	}
+}
+
+// nodeGauge is a per-node series as a scrape serves it (-1: absent).
+func nodeGauge(t *testing.T, name, node, model string) float64 {
+	t.Helper()
+	mfs, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["node"] == node && labels["model"] == model {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
 }
