@@ -22,7 +22,6 @@ package fitfast
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
@@ -32,11 +31,11 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
-	schedscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
-	kjson "sigs.k8s.io/json"
+
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/internal/shared"
 )
 
 // Name is the plugin's name in the registry and in configs.
@@ -139,36 +138,7 @@ func (pl *Plugin) fitsOutright(cs fwk.CycleState, ni fwk.NodeInfo) bool {
 	return true
 }
 
-// argsFrom reads NodeResourcesFitArgs: none (the defaults), the internal
-// type, or the raw JSON of a pluginConfig entry.
+// argsFrom reads NodeResourcesFitArgs (shared.InTreeArgs).
 func argsFrom(obj runtime.Object) (*config.NodeResourcesFitArgs, error) {
-	if a, ok := obj.(*config.NodeResourcesFitArgs); ok {
-		return a, nil
-	}
-	v1args := &configv1.NodeResourcesFitArgs{}
-	if u, ok := obj.(*runtime.Unknown); ok && len(u.Raw) > 0 {
-		// Strict, as the scheduler decodes in-tree args: a misspelt,
-		// miscased or repeated field is an error, not a default.
-		strict, err := kjson.UnmarshalStrict(u.Raw, v1args, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
-		if err != nil {
-			return nil, fmt.Errorf("args: %w", err)
-		}
-		if len(strict) > 0 {
-			return nil, fmt.Errorf("args: %w", errors.Join(strict...))
-		}
-		if k := v1args.Kind; k != "" && k != "NodeResourcesFitArgs" && k != Name+"Args" {
-			return nil, fmt.Errorf("args: kind %q, want NodeResourcesFitArgs", k)
-		}
-		if v := v1args.APIVersion; v != "" && v != configv1.SchemeGroupVersion.String() {
-			return nil, fmt.Errorf("args: apiVersion %q, want %s", v, configv1.SchemeGroupVersion)
-		}
-	} else if obj != nil {
-		return nil, fmt.Errorf("got args of type %T, want NodeResourcesFitArgs", obj)
-	}
-	schedscheme.Scheme.Default(v1args)
-	out := &config.NodeResourcesFitArgs{}
-	if err := schedscheme.Scheme.Convert(v1args, out, nil); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return shared.InTreeArgs(obj, &configv1.NodeResourcesFitArgs{}, &config.NodeResourcesFitArgs{}, "NodeResourcesFitArgs", Name+"Args")
 }

@@ -16,7 +16,6 @@ package gpudra
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -26,7 +25,6 @@ import (
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
-	schedscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 
@@ -71,26 +69,9 @@ type plugin struct {
 // Name is the plugin's registry name.
 func (*plugin) Name() string { return Name }
 
-// argsFrom reads DynamicResourcesArgs: none (the defaults), the internal
-// type, or the raw JSON of a pluginConfig entry.
+// argsFrom reads DynamicResourcesArgs (shared.InTreeArgs).
 func argsFrom(obj runtime.Object) (*config.DynamicResourcesArgs, error) {
-	if a, ok := obj.(*config.DynamicResourcesArgs); ok {
-		return a, nil
-	}
-	v1args := &configv1.DynamicResourcesArgs{}
-	if u, ok := obj.(*runtime.Unknown); ok && len(u.Raw) > 0 {
-		if err := json.Unmarshal(u.Raw, v1args); err != nil {
-			return nil, fmt.Errorf("args: %w", err)
-		}
-	} else if obj != nil {
-		return nil, fmt.Errorf("got args of type %T, want DynamicResourcesArgs", obj)
-	}
-	schedscheme.Scheme.Default(v1args)
-	out := &config.DynamicResourcesArgs{}
-	if err := schedscheme.Scheme.Convert(v1args, out, nil); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return shared.InTreeArgs(obj, &configv1.DynamicResourcesArgs{}, &config.DynamicResourcesArgs{}, "DynamicResourcesArgs", Name+"Args")
 }
 
 type handle struct {

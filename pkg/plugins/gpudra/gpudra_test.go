@@ -8,6 +8,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -86,5 +87,33 @@ func TestOrder(t *testing.T) {
 	}
 	if got[1] != quiet || got[2] != other {
 		t.Error("a slice with nothing to reorder, or of another driver, was copied")
+	}
+}
+
+// DynamicResourcesArgs are read strictly, defaulted as upstream's.
+func TestArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name, raw string
+		ok        bool
+	}{
+		{"none", "", true},
+		{"timeout", `{"filterTimeout":"5s"}`, true},
+		{"misspelt", `{"filterTimout":"5s"}`, false},
+		{"miscased", `{"FilterTimeout":"5s"}`, false},
+		{"other-kind", `{"kind":"GPUFitArgs"}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var obj runtime.Object
+			if tc.raw != "" {
+				obj = &runtime.Unknown{Raw: []byte(tc.raw)}
+			}
+			a, err := argsFrom(obj)
+			if (err == nil) != tc.ok {
+				t.Fatalf("err %v, want ok=%v", err, tc.ok)
+			}
+			if err == nil && a.FilterTimeout == nil {
+				t.Errorf("filterTimeout not defaulted: %+v", a)
+			}
+		})
 	}
 }
