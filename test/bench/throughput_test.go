@@ -38,6 +38,7 @@ var (
 	tpWrite   = flag.String("assignment-write", "", "GPUFit assignmentWrite for gpu-scheduler (Bind, PreBind); empty: the shipped default")
 	tpRounds  = flag.Int("rounds", 1, "run the variants this many times, interleaved (a b c d a b c d ...), and report means")
 	tpWarmup  = flag.Bool("warmup", true, "run the first variant once, unrecorded, before measuring")
+	tpProfSec = flag.Int("pprof-seconds", 0, "with -pprof: profile this many seconds from the scheduler's start (startup, resyncs and all); 0: from the first bind, for most of the run")
 	tpMaxCPU  = flag.Float64("max-cpu-ratio", 0, "fail when gpu-scheduler's CPU seconds per pod exceed this multiple of the vanilla scheduler's in the same run (b/a, c/d); 0: no check")
 )
 
@@ -56,7 +57,11 @@ type Throughput struct {
 	Seconds    float64 `json:"seconds"`
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 	CPUSeconds float64 `json:"cpu_seconds"`
-	Unbound    int     `json:"unbound"`
+	// ControlPlaneCPU is kube-apiserver's and etcd's CPU seconds from the
+	// scheduler's start to the last bind: the same two cores serve them, so
+	// a scheduler that makes them work more schedules fewer pods a second.
+	ControlPlaneCPU float64 `json:"control_plane_cpu_seconds"`
+	Unbound         int     `json:"unbound"`
 }
 
 // BenchmarkThroughput creates the nodes once, then for each variant submits
@@ -115,13 +120,13 @@ func BenchmarkThroughput(b *testing.B) {
 	if *tpRounds > 1 {
 		fmt.Printf("means of %d interleaved rounds; peak RSS is the largest\n", *tpRounds)
 	}
-	fmt.Printf("%-3s %-15s %-10s %9s %7s %7s %7s %8s %10s %9s\n", "", "scheduler", "workload", "avg pod/s", "p50", "p90", "p99", "seconds", "peak RSS", "CPU s")
+	fmt.Printf("%-3s %-15s %-10s %9s %7s %7s %7s %8s %10s %9s %9s\n", "", "scheduler", "workload", "avg pod/s", "p50", "p90", "p99", "seconds", "peak RSS", "CPU s", "ctl CPU s")
 	for _, v := range all {
 		r := results[v.key]
 		if r == nil {
 			continue
 		}
-		fmt.Printf("%-3s %-15s %-10s %9.1f %7.0f %7.0f %7.0f %8.1f %7.0fMiB %9.1f\n", v.key, r.Scheduler, r.Workload, r.Average, r.P50, r.P90, r.P99, r.Seconds, r.PeakRSSMiB, r.CPUSeconds)
+		fmt.Printf("%-3s %-15s %-10s %9.1f %7.0f %7.0f %7.0f %8.1f %7.0fMiB %9.1f %9.1f\n", v.key, r.Scheduler, r.Workload, r.Average, r.P50, r.P90, r.P99, r.Seconds, r.PeakRSSMiB, r.CPUSeconds, r.ControlPlaneCPU)
 	}
 	out := map[string]any{}
 	for k, r := range results {
@@ -162,13 +167,25 @@ func BenchmarkThroughput(b *testing.B) {
 	}
 }
 
+// controlPlaneCPU is the CPU seconds kube-apiserver and etcd have used.
+func controlPlaneCPU() float64 {
+	if cluster.CP == nil {
+		return 0
+	}
+	var s float64
+	for _, p := range cluster.CP.Procs() {
+		s += procCPU(p.Pid())
+	}
+	return s
+}
+
 // meanThroughput averages the rounds of one variant; peak RSS is the largest.
 func meanThroughput(rs []*Throughput) *Throughput {
 	m := *rs[0]
 	if len(rs) == 1 {
 		return &m
 	}
-	m.Average, m.P50, m.P90, m.P99, m.Seconds, m.CPUSeconds, m.Unbound = 0, 0, 0, 0, 0, 0, 0
+	m.Average, m.P50, m.P90, m.P99, m.Seconds, m.CPUSeconds, m.ControlPlaneCPU, m.Unbound = 0, 0, 0, 0, 0, 0, 0, 0
 	for _, r := range rs {
 		n := float64(len(rs))
 		m.Average += r.Average / n
@@ -177,6 +194,7 @@ func meanThroughput(rs []*Throughput) *Throughput {
 		m.P99 += r.P99 / n
 		m.Seconds += r.Seconds / n
 		m.CPUSeconds += r.CPUSeconds / n
+		m.ControlPlaneCPU += r.ControlPlaneCPU / n
 		m.PeakRSSMiB = max(m.PeakRSSMiB, r.PeakRSSMiB)
 		m.Unbound += r.Unbound
 	}
@@ -340,6 +358,7 @@ func runThroughput(ctx context.Context, b *testing.B, key, schedBin, workload st
 	f.Start(stop)
 	f.WaitForCacheSync(stop)
 
+	cp0 := controlPlaneCPU()
 	sched, err := startUnderTest(ctx, schedBin, schedulerName)
 	if err != nil {
 		return nil, err
@@ -350,11 +369,14 @@ func runThroughput(ctx context.Context, b *testing.B, key, schedBin, workload st
 		profDone = make(chan struct{})
 		go func() {
 			defer close(profDone)
-			// Start once scheduling is under way, for most of the run.
-			for bound.Load() == 0 {
-				time.Sleep(50 * time.Millisecond)
+			secs := *tpProfSec
+			if secs == 0 {
+				// Start once scheduling is under way, for most of the run.
+				for bound.Load() == 0 {
+					time.Sleep(50 * time.Millisecond)
+				}
+				secs = max(2, int(float64(*tpPods)/400))
 			}
-			secs := max(2, int(float64(*tpPods)/400))
 			code, body, err := sched.GetWithin(context.Background(), fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), time.Duration(secs+30)*time.Second)
 			if err != nil || code != 200 {
 				b.Logf("variant %s: CPU profile: %d %v", key, code, err)
@@ -364,18 +386,42 @@ func runThroughput(ctx context.Context, b *testing.B, key, schedBin, workload st
 			}
 		}()
 	}
+	// When the peak RSS is reached: at start (informers' lists), or while
+	// scheduling.
+	rssDone := make(chan struct{})
+	var atFirstBind, lastGrew atomic.Value
+	go func() {
+		t0, peak := time.Now(), 0.0
+		for {
+			select {
+			case <-rssDone:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+			if p := procPeakRSS(sched.Pid()); p > peak {
+				peak = p
+				lastGrew.Store(time.Since(t0).Round(time.Second))
+			}
+			if bound.Load() > 0 && atFirstBind.Load() == nil {
+				atFirstBind.Store(peak)
+			}
+		}
+	}()
 	samples, elapsed := sampleBinds(&bound, *tpPods, 30*time.Minute, time.Now().Add(30*time.Minute))
+	close(rssDone)
+	cpCPU := controlPlaneCPU() - cp0
 	if profDone != nil {
 		<-profDone
 	}
 	res := &Throughput{Variant: key, Scheduler: schedBin, Workload: workload, Nodes: *tpNodes, Pods: *tpPods,
 		Seconds: elapsed.Seconds(), PeakRSSMiB: procPeakRSS(sched.Pid()), CPUSeconds: procCPU(sched.Pid()),
-		Unbound: *tpPods - int(bound.Load())}
+		ControlPlaneCPU: cpCPU, Unbound: *tpPods - int(bound.Load())}
 	res.Average = float64(bound.Load()) / elapsed.Seconds()
 	sorted := append([]float64(nil), samples...)
 	sort.Float64s(sorted)
 	res.P50, res.P90, res.P99 = percentile(sorted, 50), percentile(sorted, 90), percentile(sorted, 99)
 	b.Logf("%s: %d bound in %v; samples %v", key, bound.Load(), elapsed.Round(time.Millisecond), samples)
+	b.Logf("%s: peak RSS %.0f MiB, %v MiB at the first bind, last grown %v after the scheduler was up", key, res.PeakRSSMiB, atFirstBind.Load(), lastGrew.Load())
 	// How the binds spread over nodes: on HAMi's nodes, binds on one node
 	// go one at a time (the node lock).
 	perNode := map[string]int{}

@@ -119,14 +119,18 @@ func (pl *GPUScore) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment,
 type preScoreState struct {
 	req gpu.Request
 	wl  *gpu.Workload
+	// cpuOnly: a CPU-only pod's scores on the cycle's nodes, computed at
+	// once (nil: each Score computes its node's).
+	cpuOnly *shared.Scores
 }
 
 func (s *preScoreState) Clone() fwk.StateData { return s }
 
 const preScoreStateKey fwk.StateKey = "PreScore" + Name
 
-// PreScore pins the request and the target workload for this cycle.
-func (pl *GPUScore) PreScore(_ context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+// PreScore pins the request and the target workload for this cycle, and
+// scores a CPU-only pod on every node at once.
+func (pl *GPUScore) PreScore(_ context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	req, err := shared.ReadRequest(cs)
 	if err != nil {
 		// GPUFit is not in the profile: parse here.
@@ -136,7 +140,11 @@ func (pl *GPUScore) PreScore(_ context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		}
 		req = &r
 	}
-	cs.Write(preScoreStateKey, &preScoreState{req: *req, wl: pl.shared.Workload()})
+	s := &preScoreState{req: *req, wl: pl.shared.Workload()}
+	if !s.req.HasGPU() {
+		s.cpuOnly = pl.shared.CPUOnlyScores(pl.scoring, nodes, &s.req, s.wl)
+	}
+	cs.Write(preScoreStateKey, s)
 	return nil
 }
 
@@ -148,6 +156,9 @@ func (pl *GPUScore) Score(_ context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 	}
 	s := d.(*preScoreState)
 	if !s.req.HasGPU() {
+		if raw, ok := s.cpuOnly.Get(nodeInfo); ok {
+			return raw, nil
+		}
 		return pl.shared.CPUOnlyScore(pl.scoring, nodeInfo, &s.req, s.wl), nil
 	}
 	st := pl.shared.ForPod(pl.handle, nodeInfo, pod, false)

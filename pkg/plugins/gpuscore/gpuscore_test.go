@@ -381,3 +381,126 @@ func TestCPUOnlyScoreWithoutDeviceState(t *testing.T) {
 		})
 	}
 }
+
+// PreScore scores a CPU-only pod on all the cycle's nodes at once; each
+// node's score must be the one Score computes for that node alone, and a
+// NodeInfo changed since (a new generation) is scored again.
+func TestCPUOnlyScoresMatchEachNode(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	var nodes []*v1.Node
+	var pods []*v1.Pod
+	for i := 0; i < 60; i++ {
+		name := fmt.Sprintf("n%02d", i)
+		switch i % 4 {
+		case 0: // no GPUs
+			nodes = append(nodes, st.MakeNode().Name(name).Capacity(map[v1.ResourceName]string{v1.ResourceCPU: "64", v1.ResourceMemory: "256Gi"}).Obj())
+		default:
+			nodes = append(nodes, gpuNode(name, "4"))
+		}
+		for j := 0; j < rng.Intn(4); j++ {
+			pod := fmt.Sprintf("%s-%d", name, j)
+			switch x := rng.Intn(3); {
+			case x == 0 || i%4 == 0:
+				pods = append(pods, st.MakePod().Name(pod).Namespace("default").UID(pod).Node(name).
+					Req(map[v1.ResourceName]string{v1.ResourceCPU: fmt.Sprint(1 + rng.Intn(40)), v1.ResourceMemory: fmt.Sprintf("%dGi", 1+rng.Intn(200))}).Obj())
+			case x == 1:
+				pods = append(pods, bound(pod, name, fmt.Sprintf("%s:%d=1000", name, j)))
+			default:
+				pods = append(pods, bound(pod, name, fmt.Sprintf("%s:%d=%d", name, j, 100*(1+rng.Intn(9)))))
+			}
+		}
+	}
+	wl := []config.WorkloadTask{{CPUMilli: 8000, MemoryMiB: 16384, GPUMilli: 1000, GPUCount: 1, Weight: 1}, {CPUMilli: 4000, MemoryMiB: 8192, GPUMilli: 500, GPUCount: 1, Weight: 1}}
+	cpuPod := st.MakePod().Name("c").Namespace("default").UID("c").Req(map[v1.ResourceName]string{v1.ResourceCPU: "6", v1.ResourceMemory: "20Gi"}).Obj()
+	nodeOrder := staticArgs(gpu.Fragmentation, wl...)
+	nodeOrder.Scoring.CPUOnlyLeastIdleTieBreak = false
+	for name, args := range map[string]*config.GPUScoreArgs{
+		"fragmentation": staticArgs(gpu.Fragmentation, wl...),
+		"node order":    nodeOrder,
+		"learned":       staticArgs(gpu.Fragmentation),
+		"best fit":      staticArgs(gpu.BestFit),
+		"spread":        staticArgs(gpu.Spread),
+	} {
+		t.Run(name, func(t *testing.T) {
+			tCtx := ktesting.Init(t)
+			fh, cluster := newProfile(t, args, nodes, pods)
+			pre := func(nodes []fwk.NodeInfo) fwk.CycleState {
+				cs := framework.NewCycleState()
+				if _, s, _ := fh.RunPreFilterPlugins(tCtx, cs, cpuPod); !s.IsSuccess() && !s.IsSkip() {
+					t.Fatal(s)
+				}
+				if s := fh.RunPreScorePlugins(tCtx, cs, cpuPod, nodes); !s.IsSuccess() {
+					t.Fatal(s)
+				}
+				return cs
+			}
+			score := func(cs fwk.CycleState, ni fwk.NodeInfo) int64 {
+				scores, s := fh.RunRawScorePlugins(tCtx, cs, cpuPod, ni)
+				if !s.IsSuccess() || len(scores) != 1 {
+					t.Fatal(s, scores)
+				}
+				return scores[0].Score
+			}
+			// Scored alone first: the states are then cached, and the
+			// batch reads them through the NodeInfos' keys.
+			each := pre(nil)
+			want := map[string]int64{}
+			for _, ni := range cluster.Nodes() {
+				want[ni.Node().Name] = score(each, ni)
+			}
+			batch := pre(cluster.Nodes())
+			distinct := map[int64]bool{}
+			for _, ni := range cluster.Nodes() {
+				if got, want := score(batch, ni), want[ni.Node().Name]; got != want {
+					t.Errorf("%s: %d scored with the cycle's nodes, %d alone", ni.Node().Name, got, want)
+				}
+				distinct[want[ni.Node().Name]] = true
+			}
+			if len(distinct) < 3 {
+				t.Errorf("only %d distinct scores over %d nodes: the cluster does not exercise the score", len(distinct), len(cluster.Nodes()))
+			}
+			// A NodeInfo that changed after PreScore is scored as it is now.
+			ni := cluster.Nodes()[1]
+			before := score(batch, ni)
+			fill, err := framework.NewPodInfo(st.MakePod().Name("fill").Namespace("default").UID("fill").Node(ni.Node().Name).
+				Req(map[v1.ResourceName]string{v1.ResourceCPU: "60"}).Obj())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ni.(*framework.NodeInfo).AddPodInfo(fill)
+			if got, want := score(batch, ni), score(pre(nil), ni); got != want || (name == "fragmentation" && got == before) {
+				t.Errorf("after the node changed: %d, alone %d (before the change %d)", got, want, before)
+			}
+		})
+	}
+}
+
+// Score reads a CPU-only pod's score from PreScore's, without allocating.
+func TestCPUOnlyScoreReadsTheCycles(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	var nodes []*v1.Node
+	for i := 0; i < 50; i++ {
+		nodes = append(nodes, gpuNode(fmt.Sprintf("n%02d", i), "8"))
+	}
+	args := staticArgs(gpu.Fragmentation, config.WorkloadTask{CPUMilli: 8000, MemoryMiB: 16384, GPUMilli: 1000, GPUCount: 1, Weight: 1})
+	fh, cluster := newProfile(t, args, nodes, nil)
+	p, err := New(tCtx, args, fh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := p.(*GPUScore)
+	pod := st.MakePod().Name("c").Namespace("default").UID("c").Req(map[v1.ResourceName]string{v1.ResourceCPU: "1"}).Obj()
+	cs := framework.NewCycleState()
+	if s := pl.PreScore(tCtx, cs, pod, cluster.Nodes()); !s.IsSuccess() {
+		t.Fatal(s)
+	}
+	ni := cluster.Nodes()[3]
+	want, _ := pl.Score(tCtx, cs, pod, ni)
+	if allocs := testing.AllocsPerRun(100, func() {
+		if got, s := pl.Score(tCtx, cs, pod, ni); got != want || !s.IsSuccess() {
+			t.Fatal(got, s)
+		}
+	}); allocs != 0 {
+		t.Errorf("%.1f allocations per Score, want 0", allocs)
+	}
+}

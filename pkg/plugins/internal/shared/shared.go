@@ -473,21 +473,32 @@ func podsOf(nodeInfo fwk.NodeInfo) []*v1.Pod {
 // pod drifts away from it).
 func (s *Shared) CPUOnlyScore(sc gpu.Scoring, nodeInfo fwk.NodeInfo, r *gpu.Request, wl *gpu.Workload) int64 {
 	if !sc.CPUOnlyNeedsState(wl) {
-		var gpus int64
-		scalar := nodeInfo.GetAllocatable().GetScalarResources()
-		for _, name := range s.Tracker().Options().ResourceNames {
-			gpus += scalar[name]
-		}
-		if x := s.Tracker().Options().Claims; gpus == 0 && x != nil {
-			if _, ok := x.NodeDevices(nodeInfo.Node().Name); ok {
-				gpus = 1 // its GPUs are DRA's
-			}
-		}
-		if raw, ok := sc.CPUOnlyQuick(gpus > 0, nodeInfo.Node().Name, cpuFree(nodeInfo), memFree(nodeInfo), r, wl); ok {
+		if raw, ok := s.cpuOnlyQuick(sc, nodeInfo, r, wl); ok {
 			return raw
 		}
 	}
-	st := s.lookup(nodeInfo)
+	return s.cpuOnlyFrom(sc, nodeInfo, s.lookup(nodeInfo), r, wl)
+}
+
+// cpuOnlyQuick is the score from the node's own accounting, when that
+// decides.
+func (s *Shared) cpuOnlyQuick(sc gpu.Scoring, nodeInfo fwk.NodeInfo, r *gpu.Request, wl *gpu.Workload) (int64, bool) {
+	var gpus int64
+	scalar := nodeInfo.GetAllocatable().GetScalarResources()
+	for _, name := range s.Tracker().Options().ResourceNames {
+		gpus += scalar[name]
+	}
+	if x := s.Tracker().Options().Claims; gpus == 0 && x != nil {
+		if _, ok := x.NodeDevices(nodeInfo.Node().Name); ok {
+			gpus = 1 // its GPUs are DRA's
+		}
+	}
+	return sc.CPUOnlyQuick(gpus > 0, nodeInfo.Node().Name, cpuFree(nodeInfo), memFree(nodeInfo), r, wl)
+}
+
+// cpuOnlyFrom is the score from the node's cached state st, or, when there
+// is none (nil), from a state built now.
+func (s *Shared) cpuOnlyFrom(sc gpu.Scoring, nodeInfo fwk.NodeInfo, st *gpu.NodeState, r *gpu.Request, wl *gpu.Workload) int64 {
 	if st != nil {
 		_, raw, _ := sc.Evaluate(st, r, wl)
 		return raw
@@ -501,6 +512,95 @@ func (s *Shared) CPUOnlyScore(sc gpu.Scoring, nodeInfo fwk.NodeInfo, r *gpu.Requ
 	}
 	_, raw, _ := sc.Evaluate(s.build(nodeInfo), r, wl)
 	return raw
+}
+
+// Scores is one cycle's CPU-only scores by the scheduler's NodeInfo (its
+// address and generation), for GPUScore's Score to read.
+type Scores struct {
+	shift uint
+	// slots hold an index into ents plus one (0: empty), open addressing.
+	slots []int32
+	ents  []scoreEntry
+}
+
+type scoreEntry struct {
+	key      uintptr
+	gen, raw int64
+}
+
+// CPUOnlyScores scores a CPU-only pod on all of a cycle's nodes at once
+// (GPUScore's PreScore), each as CPUOnlyScore would. The nodes' device
+// states are looked up in a pass of their own, where the loads of one
+// node's entry and state overlap those of the next: one lookup per Score
+// call, among the framework's other work, waits for its two cache misses
+// alone (about a quarter of a microsecond each at 5,000 nodes, the largest
+// cost of a CPU-only pod's score). nil when a node is not the scheduler's
+// NodeInfo (no key): Score then scores each node itself.
+func (s *Shared) CPUOnlyScores(sc gpu.Scoring, nodes []fwk.NodeInfo, r *gpu.Request, wl *gpu.Workload) *Scores {
+	if len(nodes) == 0 {
+		return nil
+	}
+	bits := uint(1)
+	for 1<<bits < 2*len(nodes) {
+		bits++
+	}
+	out := &Scores{shift: 64 - bits, slots: make([]int32, 1<<bits), ents: make([]scoreEntry, len(nodes))}
+	for i, ni := range nodes {
+		if out.ents[i].key = viewKey(ni); out.ents[i].key == 0 {
+			return nil
+		}
+		out.ents[i].gen = ni.GetGeneration()
+	}
+	needs := sc.CPUOnlyNeedsState(wl)
+	var sts []*gpu.NodeState
+	if needs {
+		bp := stateBufs.Get().(*[]*gpu.NodeState)
+		defer func() { clear(sts); *bp = sts[:0]; stateBufs.Put(bp) }()
+		sts = (*bp)[:0]
+		t := s.Tracker()
+		for i := range out.ents {
+			sts = append(sts, t.LookupAt(out.ents[i].key, out.ents[i].gen))
+		}
+	}
+	mask := uint64(len(out.slots) - 1)
+	for i, ni := range nodes {
+		e := &out.ents[i]
+		switch {
+		case !needs:
+			e.raw = s.CPUOnlyScore(sc, ni, r, wl)
+		case sts[i] != nil:
+			e.raw = s.cpuOnlyFrom(sc, ni, sts[i], r, wl)
+		default:
+			e.raw = s.cpuOnlyFrom(sc, ni, s.lookup(ni), r, wl)
+		}
+		h := (uint64(e.key) * 0x9E3779B97F4A7C15) >> out.shift
+		for out.slots[h] != 0 {
+			h = (h + 1) & mask
+		}
+		out.slots[h] = int32(i + 1)
+	}
+	return out
+}
+
+// stateBufs keeps CPUOnlyScores' lookups, cleared after each use.
+var stateBufs = sync.Pool{New: func() any { return new([]*gpu.NodeState) }}
+
+// Get is the node's score, if the cycle scored this NodeInfo as it is now.
+func (sc *Scores) Get(nodeInfo fwk.NodeInfo) (int64, bool) {
+	if sc == nil {
+		return 0, false
+	}
+	key := viewKey(nodeInfo)
+	mask := uint64(len(sc.slots) - 1)
+	for h := (uint64(key) * 0x9E3779B97F4A7C15) >> sc.shift; ; h = (h + 1) & mask {
+		i := sc.slots[h]
+		if i == 0 {
+			return 0, false
+		}
+		if e := &sc.ents[i-1]; e.key == key {
+			return e.raw, e.gen == nodeInfo.GetGeneration()
+		}
+	}
 }
 
 func cpuFree(nodeInfo fwk.NodeInfo) int64 {
