@@ -57,9 +57,10 @@ type Throughput struct {
 	Seconds    float64 `json:"seconds"`
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 	CPUSeconds float64 `json:"cpu_seconds"`
-	// ControlPlaneCPU is kube-apiserver's and etcd's CPU seconds from the
-	// scheduler's start to the last bind: the same two cores serve them, so
-	// a scheduler that makes them work more schedules fewer pods a second.
+	// ControlPlaneCPU is kube-apiserver's and etcd's CPU seconds from just
+	// before the scheduler starts to the end of the sampling (the last bind,
+	// or 30 s without one): the same two cores serve them, so a scheduler
+	// that makes them work more schedules fewer pods a second.
 	ControlPlaneCPU float64 `json:"control_plane_cpu_seconds"`
 	Unbound         int     `json:"unbound"`
 }
@@ -365,15 +366,20 @@ func runThroughput(ctx context.Context, b *testing.B, key, schedBin, workload st
 	}
 	defer sched.Stop(10 * time.Second)
 	var profDone chan struct{}
+	sampled := make(chan struct{})
 	if *tpProfile != "" {
 		profDone = make(chan struct{})
 		go func() {
 			defer close(profDone)
 			secs := *tpProfSec
-			if secs == 0 {
+			if secs <= 0 {
 				// Start once scheduling is under way, for most of the run.
 				for bound.Load() == 0 {
-					time.Sleep(50 * time.Millisecond)
+					select {
+					case <-sampled:
+						return // nothing bound
+					case <-time.After(50 * time.Millisecond):
+					}
 				}
 				secs = max(2, int(float64(*tpPods)/400))
 			}
@@ -388,13 +394,12 @@ func runThroughput(ctx context.Context, b *testing.B, key, schedBin, workload st
 	}
 	// When the peak RSS is reached: at start (informers' lists), or while
 	// scheduling.
-	rssDone := make(chan struct{})
 	var atFirstBind, lastGrew atomic.Value
 	go func() {
 		t0, peak := time.Now(), 0.0
 		for {
 			select {
-			case <-rssDone:
+			case <-sampled:
 				return
 			case <-time.After(250 * time.Millisecond):
 			}
@@ -408,7 +413,7 @@ func runThroughput(ctx context.Context, b *testing.B, key, schedBin, workload st
 		}
 	}()
 	samples, elapsed := sampleBinds(&bound, *tpPods, 30*time.Minute, time.Now().Add(30*time.Minute))
-	close(rssDone)
+	close(sampled)
 	cpCPU := controlPlaneCPU() - cp0
 	if profDone != nil {
 		<-profDone

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -119,17 +120,21 @@ func (pl *GPUScore) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment,
 type preScoreState struct {
 	req gpu.Request
 	wl  *gpu.Workload
-	// cpuOnly: a CPU-only pod's scores on the cycle's nodes, computed at
-	// once (nil: each Score computes its node's).
-	cpuOnly *shared.Scores
+	// A CPU-only pod's nodes, and their device states looked up at once
+	// on the cycle's second Score call (cpuOnly): the framework's
+	// opportunistic batching runs PreScore over every cached candidate to
+	// score one node again, and must not pay a lookup per candidate.
+	nodes   []fwk.NodeInfo
+	calls   atomic.Int32
+	once    sync.Once
+	cpuOnly *shared.States
 }
 
 func (s *preScoreState) Clone() fwk.StateData { return s }
 
 const preScoreStateKey fwk.StateKey = "PreScore" + Name
 
-// PreScore pins the request and the target workload for this cycle, and
-// scores a CPU-only pod on every node at once.
+// PreScore pins the request and the target workload for this cycle.
 func (pl *GPUScore) PreScore(_ context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	req, err := shared.ReadRequest(cs)
 	if err != nil {
@@ -141,11 +146,21 @@ func (pl *GPUScore) PreScore(_ context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		req = &r
 	}
 	s := &preScoreState{req: *req, wl: pl.shared.Workload()}
-	if !s.req.HasGPU() {
-		s.cpuOnly = pl.shared.CPUOnlyScores(pl.scoring, nodes, &s.req, s.wl)
+	if !s.req.HasGPU() && len(nodes) > 1 {
+		s.nodes = nodes
 	}
 	cs.Write(preScoreStateKey, s)
 	return nil
+}
+
+// cpuOnlyState is the node's device state from the cycle's lookups, nil
+// before the second Score call or when the lookups did not find it.
+func (s *preScoreState) cpuOnlyState(pl *GPUScore, nodeInfo fwk.NodeInfo) *gpu.NodeState {
+	if s.nodes == nil || s.calls.Add(1) < 2 {
+		return nil
+	}
+	s.once.Do(func() { s.cpuOnly = pl.shared.CPUOnlyStates(pl.scoring, s.nodes, s.wl) })
+	return s.cpuOnly.Get(nodeInfo)
 }
 
 // Score is the policy's raw score; NormalizeScore ranks it into 0-100.
@@ -156,10 +171,7 @@ func (pl *GPUScore) Score(_ context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 	}
 	s := d.(*preScoreState)
 	if !s.req.HasGPU() {
-		if raw, ok := s.cpuOnly.Get(nodeInfo); ok {
-			return raw, nil
-		}
-		return pl.shared.CPUOnlyScore(pl.scoring, nodeInfo, &s.req, s.wl), nil
+		return pl.shared.CPUOnlyScoreFrom(pl.scoring, nodeInfo, s.cpuOnlyState(pl, nodeInfo), &s.req, s.wl), nil
 	}
 	st := pl.shared.ForPod(pl.handle, nodeInfo, pod, false)
 	_, raw, ok := pl.scoring.Evaluate(st, &s.req, s.wl)

@@ -26,6 +26,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/offline"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpufit"
 	. "github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpuscore"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/internal/shared"
 )
 
 const gpuRes = v1.ResourceName(gpu.ResourceNvidiaGPU)
@@ -459,6 +460,25 @@ func TestCPUOnlyScoresMatchEachNode(t *testing.T) {
 			if len(distinct) < 3 {
 				t.Errorf("only %d distinct scores over %d nodes: the cluster does not exercise the score", len(distinct), len(cluster.Nodes()))
 			}
+			// The cycle's lookups find every GPU node's state (and only the
+			// node's), for its own NodeInfo only.
+			sc, wl := sharedScoring(fh), sharedWorkload(fh)
+			states := shared.For(fh).CPUOnlyStates(sc, cluster.Nodes(), wl)
+			if !sc.CPUOnlyNeedsState(wl) {
+				if states != nil {
+					t.Error("states looked up for a policy that scores CPU-only pods without them")
+				}
+			} else {
+				for _, ni := range cluster.Nodes() {
+					hasGPU := len(ni.GetAllocatable().GetScalarResources()) > 0
+					if got := states.Get(ni); (got == nil && hasGPU) || (got != nil && got != sharedStateOf(fh, ni)) {
+						t.Errorf("%s: the cycle's state %p, the node's %p", ni.Node().Name, got, sharedStateOf(fh, ni))
+					}
+				}
+				if other := framework.NewNodeInfo(); states.Get(other) != nil {
+					t.Error("a NodeInfo not in the cycle got a state")
+				}
+			}
 			// A NodeInfo that changed after PreScore is scored as it is now.
 			ni := cluster.Nodes()[1]
 			before := score(batch, ni)
@@ -468,6 +488,9 @@ func TestCPUOnlyScoresMatchEachNode(t *testing.T) {
 				t.Fatal(err)
 			}
 			ni.(*framework.NodeInfo).AddPodInfo(fill)
+			if states.Get(ni) != nil {
+				t.Error("a NodeInfo changed after the lookups got the state found before")
+			}
 			if got, want := score(batch, ni), score(pre(nil), ni); got != want || (name == "fragmentation" && got == before) {
 				t.Errorf("after the node changed: %d, alone %d (before the change %d)", got, want, before)
 			}
@@ -502,5 +525,18 @@ func TestCPUOnlyScoreReadsTheCycles(t *testing.T) {
 		}
 	}); allocs != 0 {
 		t.Errorf("%.1f allocations per Score, want 0", allocs)
+	}
+	// The framework's opportunistic batching runs PreScore over every cached
+	// candidate and scores one node again: no lookups for the others (they
+	// would allocate the cycle's table).
+	rescore := func(nodes []fwk.NodeInfo) float64 {
+		return testing.AllocsPerRun(20, func() {
+			cs := framework.NewCycleState()
+			pl.PreScore(tCtx, cs, pod, nodes)
+			pl.Score(tCtx, cs, pod, ni)
+		})
+	}
+	if with, without := rescore(cluster.Nodes()), rescore(nil); with != without {
+		t.Errorf("PreScore over %d nodes and one Score: %.1f allocations, %.1f with no nodes given", len(cluster.Nodes()), with, without)
 	}
 }

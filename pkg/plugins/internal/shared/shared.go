@@ -514,66 +514,48 @@ func (s *Shared) cpuOnlyFrom(sc gpu.Scoring, nodeInfo fwk.NodeInfo, st *gpu.Node
 	return raw
 }
 
-// Scores is one cycle's CPU-only scores by the scheduler's NodeInfo (its
-// address and generation), for GPUScore's Score to read.
-type Scores struct {
+// States is one cycle's device states of the nodes a CPU-only pod is
+// scored on, by the scheduler's NodeInfo (its address and generation).
+type States struct {
 	shift uint
 	// slots hold an index into ents plus one (0: empty), open addressing.
 	slots []int32
-	ents  []scoreEntry
+	ents  []stateEntry
 }
 
-type scoreEntry struct {
-	key      uintptr
-	gen, raw int64
+type stateEntry struct {
+	key uintptr
+	gen int64
+	st  *gpu.NodeState
 }
 
-// CPUOnlyScores scores a CPU-only pod on all of a cycle's nodes at once
-// (GPUScore's PreScore), each as CPUOnlyScore would. The nodes' device
-// states are looked up in a pass of their own, where the loads of one
-// node's entry and state overlap those of the next: one lookup per Score
+// CPUOnlyStates looks up the cached device states of a cycle's nodes for a
+// CPU-only pod's score, in a pass of their own: the loads of one node's
+// entry and state overlap those of the next, where one lookup per Score
 // call, among the framework's other work, waits for its two cache misses
 // alone (about a quarter of a microsecond each at 5,000 nodes, the largest
-// cost of a CPU-only pod's score). nil when a node is not the scheduler's
-// NodeInfo (no key): Score then scores each node itself.
-func (s *Shared) CPUOnlyScores(sc gpu.Scoring, nodes []fwk.NodeInfo, r *gpu.Request, wl *gpu.Workload) *Scores {
-	if len(nodes) == 0 {
+// cost of a CPU-only pod's score). Score still evaluates each node, in
+// parallel; a node without a cached state (a miss) is left to it. nil when
+// the policy scores CPU-only pods without the device state.
+func (s *Shared) CPUOnlyStates(sc gpu.Scoring, nodes []fwk.NodeInfo, wl *gpu.Workload) *States {
+	if len(nodes) == 0 || !sc.CPUOnlyNeedsState(wl) {
 		return nil
 	}
 	bits := uint(1)
 	for 1<<bits < 2*len(nodes) {
 		bits++
 	}
-	out := &Scores{shift: 64 - bits, slots: make([]int32, 1<<bits), ents: make([]scoreEntry, len(nodes))}
-	for i, ni := range nodes {
-		if out.ents[i].key = viewKey(ni); out.ents[i].key == 0 {
-			return nil
-		}
-		out.ents[i].gen = ni.GetGeneration()
-	}
-	needs := sc.CPUOnlyNeedsState(wl)
-	var sts []*gpu.NodeState
-	if needs {
-		bp := stateBufs.Get().(*[]*gpu.NodeState)
-		defer func() { clear(sts); *bp = sts[:0]; stateBufs.Put(bp) }()
-		sts = (*bp)[:0]
-		t := s.Tracker()
-		for i := range out.ents {
-			sts = append(sts, t.LookupAt(out.ents[i].key, out.ents[i].gen))
+	out := &States{shift: 64 - bits, slots: make([]int32, 1<<bits), ents: make([]stateEntry, 0, len(nodes))}
+	t := s.Tracker()
+	for _, ni := range nodes {
+		key, gen := viewKey(ni), ni.GetGeneration()
+		if st := t.LookupAt(key, gen); st != nil {
+			out.ents = append(out.ents, stateEntry{key: key, gen: gen, st: st})
 		}
 	}
 	mask := uint64(len(out.slots) - 1)
-	for i, ni := range nodes {
-		e := &out.ents[i]
-		switch {
-		case !needs:
-			e.raw = s.CPUOnlyScore(sc, ni, r, wl)
-		case sts[i] != nil:
-			e.raw = s.cpuOnlyFrom(sc, ni, sts[i], r, wl)
-		default:
-			e.raw = s.cpuOnlyFrom(sc, ni, s.lookup(ni), r, wl)
-		}
-		h := (uint64(e.key) * 0x9E3779B97F4A7C15) >> out.shift
+	for i := range out.ents {
+		h := (uint64(out.ents[i].key) * 0x9E3779B97F4A7C15) >> out.shift
 		for out.slots[h] != 0 {
 			h = (h + 1) & mask
 		}
@@ -582,25 +564,35 @@ func (s *Shared) CPUOnlyScores(sc gpu.Scoring, nodes []fwk.NodeInfo, r *gpu.Requ
 	return out
 }
 
-// stateBufs keeps CPUOnlyScores' lookups, cleared after each use.
-var stateBufs = sync.Pool{New: func() any { return new([]*gpu.NodeState) }}
-
-// Get is the node's score, if the cycle scored this NodeInfo as it is now.
-func (sc *Scores) Get(nodeInfo fwk.NodeInfo) (int64, bool) {
-	if sc == nil {
-		return 0, false
+// Get is the node's state as CPUOnlyStates found it, if the NodeInfo is
+// the one it was given at the same generation; nil otherwise.
+func (t *States) Get(nodeInfo fwk.NodeInfo) *gpu.NodeState {
+	if t == nil {
+		return nil
 	}
 	key := viewKey(nodeInfo)
-	mask := uint64(len(sc.slots) - 1)
-	for h := (uint64(key) * 0x9E3779B97F4A7C15) >> sc.shift; ; h = (h + 1) & mask {
-		i := sc.slots[h]
+	if key == 0 {
+		return nil
+	}
+	mask := uint64(len(t.slots) - 1)
+	for h := (uint64(key) * 0x9E3779B97F4A7C15) >> t.shift; ; h = (h + 1) & mask {
+		i := t.slots[h]
 		if i == 0 {
-			return 0, false
+			return nil
 		}
-		if e := &sc.ents[i-1]; e.key == key {
-			return e.raw, e.gen == nodeInfo.GetGeneration()
+		if e := &t.ents[i-1]; e.key == key && e.gen == nodeInfo.GetGeneration() {
+			return e.st
 		}
 	}
+}
+
+// CPUOnlyScoreFrom is CPUOnlyScore with the node's cached state already
+// looked up (CPUOnlyStates); st nil: CPUOnlyScore.
+func (s *Shared) CPUOnlyScoreFrom(sc gpu.Scoring, nodeInfo fwk.NodeInfo, st *gpu.NodeState, r *gpu.Request, wl *gpu.Workload) int64 {
+	if st == nil {
+		return s.CPUOnlyScore(sc, nodeInfo, r, wl)
+	}
+	return s.cpuOnlyFrom(sc, nodeInfo, st, r, wl)
 }
 
 func cpuFree(nodeInfo fwk.NodeInfo) int64 {
