@@ -396,7 +396,7 @@ func runThroughput(ctx context.Context, b *testing.B, key, schedBin, workload st
 	// scheduling.
 	var atFirstBind, lastGrew atomic.Value
 	go func() {
-		t0, peak := time.Now(), 0.0
+		t0, peak, midHeap := time.Now(), 0.0, false
 		for {
 			select {
 			case <-sampled:
@@ -409,6 +409,15 @@ func runThroughput(ctx context.Context, b *testing.B, key, schedBin, workload st
 			}
 			if bound.Load() > 0 && atFirstBind.Load() == nil {
 				atFirstBind.Store(peak)
+			}
+			if *tpProfile != "" && !midHeap && bound.Load() >= int64(*tpPods)/2 {
+				// What is live halfway, when the queue still holds half
+				// the pods (the end's profile sees an idle scheduler).
+				midHeap = true
+				if code, body, err := sched.GetWithin(context.Background(), "/debug/pprof/heap", time.Minute); err == nil && code == 200 {
+					os.MkdirAll(*tpProfile, 0o755)
+					os.WriteFile(filepath.Join(*tpProfile, fmt.Sprintf("heap-mid-%s-%s.pprof", key, schedBin)), []byte(body), 0o644)
+				}
 			}
 		}
 	}()
