@@ -3,8 +3,10 @@ package gpu
 import (
 	"fmt"
 	"reflect"
+	"runtime"
 	"testing"
 	"time"
+	"weak"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -173,5 +175,33 @@ func TestOldestReservation(t *testing.T) {
 	tr.Unreserve("a")
 	if !tr.OldestReservation().IsZero() {
 		t.Error("all released, yet an oldest")
+	}
+}
+
+// A built state must not keep the objects it was built from alive: a node
+// scored no more (full, or no longer a candidate) would hold every pod
+// version and node version the informers have replaced since.
+func TestBuildKeepsNoObjectAlive(t *testing.T) {
+	tr := NewTracker(DefaultNodeOptions)
+	n := node("n1", 4, 4, nil)
+	pods := []*v1.Pod{gpuPod("cpu", "cpu", 0, nil), gpuPod("share", "share", 0, map[string]string{AnnotationMilli: "300", AnnotationAssignment: "n1:2=300"})}
+	for _, p := range pods {
+		p.Spec.NodeName = "n1"
+	}
+	st := tr.Build(n, 1, pods, 1000, 1000)
+	wn, wp := weak.Make(n), []weak.Pointer[v1.Pod]{weak.Make(pods[0]), weak.Make(pods[1])}
+	n, pods = nil, nil
+	runtime.GC()
+	runtime.GC()
+	if tr.Lookup("n1", 1) != st {
+		t.Fatal("the state is no longer cached")
+	}
+	if wn.Value() != nil {
+		t.Error("the node object it was built from is still alive")
+	}
+	for i, w := range wp {
+		if w.Value() != nil {
+			t.Errorf("pod %d it was built from is still alive", i)
+		}
 	}
 }

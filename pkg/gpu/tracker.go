@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -181,14 +182,19 @@ type slot struct {
 }
 
 // buildBase is the input of a built state: the node object, and which of
-// its pods the device accounting reads (relevant), in order.
+// its pods the device accounting reads (relevant), in order. It names them
+// by weak pointers, which compare equal exactly when the objects are the
+// same and keep none alive: a node scored no more (full, or no longer a
+// candidate) would otherwise hold the versions of all its pods and of
+// itself that the informers have replaced since (with CPU pods packed 250
+// to a node, a copy of every bound pod).
 type buildBase struct {
-	node *v1.Node
-	pods []*v1.Pod
+	node weak.Pointer[v1.Node]
+	pods []weak.Pointer[v1.Pod]
 	// rel has bit i set when pods[i] is relevant.
 	rel []uint64
 	// relPods are the relevant pods, in order.
-	relPods []*v1.Pod
+	relPods []weak.Pointer[v1.Pod]
 	// unbound: a relevant pod is not bound, and counts by a nomination
 	// that can change without the pod changing.
 	unbound bool
@@ -459,9 +465,8 @@ func (t *Tracker) Unchanged(node string, st *NodeState, now time.Time) bool {
 // memory left change. A CPU pod's bind so costs one pointer comparison per
 // pod, never a parse.
 //
-// Build keeps pods (it must not change after the call; the scheduler's
-// adapter passes a copy) and node until the node's next build: at most one
-// older generation per node stays reachable.
+// Build keeps no pod or node object: the next build recognises them by
+// weak pointers (buildBase).
 func (t *Tracker) Build(node *v1.Node, generation int64, pods []*v1.Pod, cpuFree, memFree int64) *NodeState {
 	s := t.slot(node.Name, true)
 	// The base travels with the state it built, so that the two always
@@ -476,7 +481,7 @@ func (t *Tracker) Build(node *v1.Node, generation int64, pods []*v1.Pod, cpuFree
 	// A new node object may change the inventory: the devices are computed
 	// again, from the pods classified as before (that depends on the pods
 	// alone).
-	if prev != nil && prev.node == node && !b.unbound && sameSeq(prev.relPods, b.relPods) &&
+	if prev != nil && prev.node == b.node && !b.unbound && slices.Equal(prev.relPods, b.relPods) &&
 		!old.key.held && old.key.until == 0 && old.key.version == s.version.Load() && !old.TooMany() {
 		st = old.Clone()
 		st.CPUFree, st.MemFree = cpuFree, memFree
@@ -505,7 +510,7 @@ func (t *Tracker) KnownWithoutDevices(node *v1.Node) bool {
 		return false
 	}
 	st := s.cached.Load()
-	return st != nil && st.base != nil && st.base.node == node && st.Count == 0 && !st.TooMany() && !st.stale.Load()
+	return st != nil && st.base != nil && st.base.node == weak.Make(node) && st.Count == 0 && !st.TooMany() && !st.stale.Load()
 }
 
 // buildStats counts Build's work (Builds).
@@ -531,11 +536,12 @@ func Builds() BuildStats {
 // classify marks which pods the device accounting reads, taking the answer
 // from prev for a pod object at the same place.
 func (t *Tracker) classify(prev *buildBase, node *v1.Node, pods []*v1.Pod) *buildBase {
-	b := &buildBase{node: node, pods: pods, rel: make([]uint64, (len(pods)+63)/64)}
+	b := &buildBase{node: weak.Make(node), pods: make([]weak.Pointer[v1.Pod], len(pods)), rel: make([]uint64, (len(pods)+63)/64)}
 	parsed := 0
 	for i, p := range pods {
+		b.pods[i] = weak.Make(p)
 		var r bool
-		if prev != nil && i < len(prev.pods) && prev.pods[i] == p {
+		if prev != nil && i < len(prev.pods) && prev.pods[i] == b.pods[i] {
 			r = prev.rel[i>>6]&(1<<(uint(i)&63)) != 0
 		} else {
 			r = p.Spec.NodeName == "" || UsesGPU(p, t.reqOpts)
@@ -543,24 +549,12 @@ func (t *Tracker) classify(prev *buildBase, node *v1.Node, pods []*v1.Pod) *buil
 		}
 		if r {
 			b.rel[i>>6] |= 1 << (uint(i) & 63)
-			b.relPods = append(b.relPods, p)
+			b.relPods = append(b.relPods, b.pods[i])
 			b.unbound = b.unbound || p.Spec.NodeName == ""
 		}
 	}
 	buildStats.parsed.Add(uint64(parsed))
 	return b
-}
-
-func sameSeq(a, b []*v1.Pod) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Compute is Build without the cache. The pod with UID exclude, if any, is

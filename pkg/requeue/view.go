@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 	"unsafe"
+	"weak"
 
 	v1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
@@ -134,21 +135,24 @@ func podRequests(p *v1.Pod) (int64, int64) {
 type baseNode struct {
 	tr   *gpu.Tracker
 	node *v1.Node
-	// pods are the objects it was computed from, by address: the
-	// informer replaces an object on every change and never edits one.
-	pods                      []*v1.Pod
+	// pods are the objects it was computed from, by address (weak
+	// pointers, in address order): the informer replaces an object on
+	// every change and never edits one, and the versions it replaced are
+	// not kept alive for this comparison.
+	pods                      []weak.Pointer[v1.Pod]
 	st                        *gpu.NodeState
 	cpuFree, memFree, podFree int64
 }
 
 func newBaseNode(t *gpu.Tracker, n *v1.Node, pods []*v1.Pod) *baseNode {
 	sortByAddress(pods)
-	b := &baseNode{tr: t, node: n, pods: pods, st: t.Compute(n, pods, 0, 0, "", false),
+	b := &baseNode{tr: t, node: n, pods: make([]weak.Pointer[v1.Pod], len(pods)), st: t.Compute(n, pods, 0, 0, "", false),
 		cpuFree: n.Status.Allocatable.Cpu().MilliValue(),
 		memFree: n.Status.Allocatable.Memory().Value(),
 		podFree: n.Status.Allocatable.Pods().Value(),
 	}
-	for _, p := range pods {
+	for i, p := range pods {
+		b.pods[i] = weak.Make(p)
 		cpu, mem := podRequests(p)
 		b.cpuFree -= cpu
 		b.memFree -= mem
@@ -171,7 +175,7 @@ func (b *baseNode) reusable(gs GPUState, n *v1.Node, pods []*v1.Pod, now time.Ti
 	}
 	sortByAddress(pods)
 	for i := range pods {
-		if pods[i] != b.pods[i] {
+		if weak.Make(pods[i]) != b.pods[i] {
 			return false
 		}
 	}

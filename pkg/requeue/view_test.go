@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	stdruntime "runtime"
 	"testing"
 	"time"
+	"weak"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -274,5 +276,27 @@ func TestResyncComputesEveryNode(t *testing.T) {
 		if got := e.r.computed.Load() - before; got != tc.want {
 			t.Errorf("%s: %d node states computed, want %d", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A base recognises the pods it was computed from without keeping them
+// alive: between two views, the informer replaces pods (bound, started),
+// and a base must not hold every version it replaced.
+func TestBaseKeepsNoPodAlive(t *testing.T) {
+	tr := gpu.NewTracker(gpu.DefaultNodeOptions)
+	n := gpuNode("n1", 8, "A100")
+	pods := []*v1.Pod{boundPod("a", "n1", "n1:0=1000"), boundPod("b", "n1", "n1:1=500")}
+	b := newBaseNode(tr, n, pods)
+	w := []weak.Pointer[v1.Pod]{weak.Make(pods[0]), weak.Make(pods[1])}
+	pods = nil
+	stdruntime.GC()
+	stdruntime.GC()
+	for i, p := range w {
+		if p.Value() != nil {
+			t.Errorf("pod %d the base was computed from is still alive", i)
+		}
+	}
+	if b.st.Count != 8 {
+		t.Fatalf("the base's state counts %d devices", b.st.Count)
 	}
 }
