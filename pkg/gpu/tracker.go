@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 	"weak"
 
 	v1 "k8s.io/api/core/v1"
@@ -191,6 +192,9 @@ type slot struct {
 type buildBase struct {
 	node weak.Pointer[v1.Node]
 	pods []weak.Pointer[v1.Pod]
+	// addrs are the pods' addresses, a cheap first test before the weak
+	// pointer's (an address alone may be a new object's).
+	addrs []uintptr
 	// rel has bit i set when pods[i] is relevant.
 	rel []uint64
 	// relPods are the relevant pods, in order.
@@ -510,7 +514,7 @@ func (t *Tracker) KnownWithoutDevices(node *v1.Node) bool {
 		return false
 	}
 	st := s.cached.Load()
-	return st != nil && st.base != nil && st.base.node == weak.Make(node) && st.Count == 0 && !st.TooMany() && !st.stale.Load()
+	return st != nil && st.base != nil && st.base.node.Value() == node && st.Count == 0 && !st.TooMany() && !st.stale.Load()
 }
 
 // buildStats counts Build's work (Builds).
@@ -536,12 +540,25 @@ func Builds() BuildStats {
 // classify marks which pods the device accounting reads, taking the answer
 // from prev for a pod object at the same place.
 func (t *Tracker) classify(prev *buildBase, node *v1.Node, pods []*v1.Pod) *buildBase {
-	b := &buildBase{node: weak.Make(node), pods: make([]weak.Pointer[v1.Pod], len(pods)), rel: make([]uint64, (len(pods)+63)/64)}
+	b := &buildBase{pods: make([]weak.Pointer[v1.Pod], len(pods)), addrs: make([]uintptr, len(pods)), rel: make([]uint64, (len(pods)+63)/64)}
+	if prev != nil && prev.node.Value() == node {
+		b.node = prev.node
+	} else {
+		b.node = weak.Make(node)
+	}
 	parsed := 0
 	for i, p := range pods {
-		b.pods[i] = weak.Make(p)
+		// weak.Make only for an object not seen here before: it looks
+		// the object's handle up under a lock.
+		b.addrs[i] = uintptr(unsafe.Pointer(p))
+		seen := prev != nil && i < len(prev.pods) && prev.addrs[i] == b.addrs[i] && prev.pods[i].Value() == p
+		if seen {
+			b.pods[i] = prev.pods[i]
+		} else {
+			b.pods[i] = weak.Make(p)
+		}
 		var r bool
-		if prev != nil && i < len(prev.pods) && prev.pods[i] == b.pods[i] {
+		if seen {
 			r = prev.rel[i>>6]&(1<<(uint(i)&63)) != 0
 		} else {
 			r = p.Spec.NodeName == "" || UsesGPU(p, t.reqOpts)

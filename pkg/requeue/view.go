@@ -175,7 +175,7 @@ func (b *baseNode) reusable(gs GPUState, n *v1.Node, pods []*v1.Pod, now time.Ti
 	}
 	sortByAddress(pods)
 	for i := range pods {
-		if weak.Make(pods[i]) != b.pods[i] {
+		if b.pods[i].Value() != pods[i] {
 			return false
 		}
 	}
