@@ -536,6 +536,9 @@ func TestCPUOnlyScoreReadsTheCycles(t *testing.T) {
 			pl.Score(tCtx, cs, pod, ni)
 		})
 	}
+	if raceEnabled {
+		return
+	}
 	if with, without := rescore(cluster.Nodes()), rescore(nil); with != without {
 		t.Errorf("PreScore over %d nodes and one Score: %.1f allocations, %.1f with no nodes given", len(cluster.Nodes()), with, without)
 	}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package gpuscore_test
+
+const raceEnabled = false
