@@ -466,8 +466,8 @@ func (t *Tracker) Unchanged(node string, st *NodeState, now time.Time) bool {
 // same object at the same place in the list) are not parsed again, and when
 // the relevant pods (those that use a GPU, or are not bound) are the same
 // objects in the same order, the devices are as before and only the CPU and
-// memory left change. A CPU pod's bind so costs one pointer comparison per
-// pod, never a parse.
+// memory left change. A CPU pod's bind so costs an address comparison and
+// a weak pointer's read per pod, never a parse.
 //
 // Build keeps no pod or node object: the next build recognises them by
 // weak pointers (buildBase).
