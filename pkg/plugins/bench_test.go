@@ -89,11 +89,8 @@ func newBenchEnv(b testing.TB, policy gpu.Policy) *benchEnv {
 	return newEnvOn(b, policy, node, pods)
 }
 
-// newEnvOn is newBenchEnv on a node and pods of the caller's.
-func newEnvOn(b testing.TB, policy gpu.Policy, node *v1.Node, pods []*v1.Pod) *benchEnv {
-	metrics.Register()
-	ctx := klog.NewContext(context.Background(), klog.Background())
-	snapshot := cache.NewSnapshot(pods, []*v1.Node{node})
+// handleOver is a framework handle over a snapshot, with a fake client.
+func handleOver(b testing.TB, ctx context.Context, snapshot *cache.Snapshot) fwk.Handle {
 	client := fake.NewClientset()
 	fh, err := frameworkruntime.NewFramework(ctx, nil, nil,
 		frameworkruntime.WithSnapshotSharedLister(snapshot),
@@ -102,6 +99,15 @@ func newEnvOn(b testing.TB, policy gpu.Policy, node *v1.Node, pods []*v1.Pod) *b
 	if err != nil {
 		b.Fatal(err)
 	}
+	return fh
+}
+
+// newEnvOn is newBenchEnv on a node and pods of the caller's.
+func newEnvOn(b testing.TB, policy gpu.Policy, node *v1.Node, pods []*v1.Pod) *benchEnv {
+	metrics.Register()
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	snapshot := cache.NewSnapshot(pods, []*v1.Node{node})
+	fh := handleOver(b, ctx, snapshot)
 	// The bench node runs no agent that delivers shares: place them by
 	// accounting only, or Filter refuses the shared pod.
 	fitArgs := scheme.DefaultGPUFitArgs()
@@ -411,14 +417,7 @@ func BenchmarkCPUOnlyCycle(b *testing.B) {
 		}
 	}
 	snapshot := cache.NewSnapshot(pods, nodes)
-	client := fake.NewClientset()
-	fh, err := frameworkruntime.NewFramework(ctx, nil, nil,
-		frameworkruntime.WithSnapshotSharedLister(snapshot),
-		frameworkruntime.WithClientSet(client),
-		frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(client, 0)))
-	if err != nil {
-		b.Fatal(err)
-	}
+	fh := handleOver(b, ctx, snapshot)
 	args := scheme.DefaultGPUScoreArgs()
 	args.TargetWorkload.Mode = config.WorkloadStatic
 	args.TargetWorkload.Tasks = benchWorkload()
