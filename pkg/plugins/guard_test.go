@@ -119,7 +119,9 @@ func TestPerNodeCostIndependentOfPods(t *testing.T) {
 						c.pods, c.changes, c.total.Reused, c.total.Computed, c.total.Read)
 				}
 			}
-			if many.changeAllocs != few.changeAllocs {
+			// Under the race detector sync.Pool drops items at random, so
+			// allocation counts vary (1 run in 30 differed by 0.5 here).
+			if !raceEnabled && many.changeAllocs != few.changeAllocs {
 				t.Errorf("allocations per change of the node: %.1f with 250 pods, %.1f with 5", many.changeAllocs, few.changeAllocs)
 			}
 		})
