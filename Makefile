@@ -283,7 +283,8 @@ bench-dra: $(BIN)/gpu-sim
 
 # Scheduling throughput of gpu-scheduler beside the vanilla kube-scheduler,
 # same control plane, same pods: (a) vanilla / (b) ours on CPU-only pods,
-# (c) ours on the openb-like GPU mix, (d) vanilla on it with whole GPUs.
+# (c) ours on the openb-like GPU mix, (d) vanilla on it with whole GPUs;
+# BENCH_ARGS="-variants a,b,a2,c,d" adds a2, (a) again after (b), a control.
 NODES ?= 5000
 PODS ?= 10000
 bench-throughput: binaries

@@ -72,7 +72,8 @@ type Throughput struct {
 // CPU-only pods; (d) vanilla, that mix with whole GPUs only; and, when
 // asked for, (e) gpu-scheduler, the mix on as many nodes that run HAMi's
 // device plugin (the fake one of the harness), its shares delivered: a node
-// lock per bind, the device plugin's handshake, a recheck.
+// lock per bind, the device plugin's handshake, a recheck; and (a2), (a)
+// again right after (b), a control: a2/a is a ratio with nothing changed.
 func BenchmarkThroughput(b *testing.B) {
 	ctx := context.Background()
 	start := time.Now()
