@@ -204,6 +204,11 @@ func TestMonitorHandshake(t *testing.T) {
 		p.Status.Phase = v1.PodPending
 		return p
 	}
+	// The counters are global: other tests (and -count) add to them.
+	before := map[string]float64{}
+	for _, reason := range []string{"failed", "expired"} {
+		before[reason], _ = testutil.GetCounterMetricValue(handshakeFailures.WithLabelValues(reason))
+	}
 	failed := pod("refused", hami.BindFailed, fresh)
 	failed.Status.Phase, failed.Status.Message = v1.PodFailed, "Allocate failed due to device number not matched"
 	for _, p := range []*v1.Pod{pod("fine", hami.BindSuccess, old), pod("waiting", hami.BindAllocating, fresh), pod("stuck", hami.BindAllocating, old)} {
@@ -225,8 +230,8 @@ func TestMonitorHandshake(t *testing.T) {
 		t.Errorf("want one Event each for the refused, the rejected and the stuck pod, got %q", evs)
 	}
 	for reason, want := range map[string]float64{"failed": 2, "expired": 1} {
-		if v, err := testutil.GetCounterMetricValue(handshakeFailures.WithLabelValues(reason)); err != nil || v != want {
-			t.Errorf("%s: %v %v", reason, v, err)
+		if v, err := testutil.GetCounterMetricValue(handshakeFailures.WithLabelValues(reason)); err != nil || v-before[reason] != want {
+			t.Errorf("%s: %v more, want %v (%v)", reason, v-before[reason], want, err)
 		}
 	}
 }
