@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -36,7 +37,7 @@ var (
 	tpProfile = flag.String("pprof", "", "directory for CPU profiles of the schedulers under test")
 	tpOnly    = flag.String("variants", "a,b,c,d", "which variants to run (e: the gpu mix on nodes running HAMi's device plugin; a2: the vanilla scheduler's (a) again, after (b), for the spread of a ratio with no change)")
 	tpWrite   = flag.String("assignment-write", "", "GPUFit assignmentWrite for gpu-scheduler (Bind, PreBind); empty: the shipped default")
-	tpRounds  = flag.Int("rounds", 1, "run the variants this many times, interleaved (a b c d a b c d ...), and report means")
+	tpRounds  = flag.Int("rounds", 1, "run the variants this many times, interleaved (a b c d, then d c b a, ...: odd rounds reversed), and report means")
 	tpWarmup  = flag.Bool("warmup", true, "run the first variant once, unrecorded, before measuring")
 	tpProfSec = flag.Int("pprof-seconds", 0, "with -pprof: profile this many seconds from the scheduler's start (startup, resyncs and all); 0: from the first bind, for most of the run")
 	tpMaxCPU  = flag.Float64("max-cpu-ratio", 0, "fail when gpu-scheduler's CPU seconds per pod exceed this multiple of the vanilla scheduler's in the same run (b/a, c/d); 0: no check")
@@ -105,7 +106,16 @@ func BenchmarkThroughput(b *testing.B) {
 		}
 	}
 	for round := 0; round < max(*tpRounds, 1); round++ {
-		for _, v := range all {
+		// Odd rounds run the variants in reverse (a b a2 c d, then d c a2
+		// b a, ...): what builds up in the control plane over a round
+		// (etcd's history, the apiserver's heap) then weighs on each
+		// variant from both sides, where a fixed order hands the later
+		// variants of every round the same handicap. Pairs stay adjacent.
+		order := slices.Clone(all)
+		if round%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, v := range order {
 			if !contains(*tpOnly, v.key) {
 				continue
 			}
@@ -437,6 +447,9 @@ func runThroughput(ctx context.Context, b *testing.B, key, schedBin, workload st
 	sorted := append([]float64(nil), samples...)
 	sort.Float64s(sorted)
 	res.P50, res.P90, res.P99 = percentile(sorted, 50), percentile(sorted, 90), percentile(sorted, 99)
+	// Each run's figures on stdout: a benchmark's log keeps 10 lines.
+	fmt.Printf("run %-9s %5d bound in %8v  %6.1f pods/s  CPU %5.1f s  control plane %5.1f s  peak RSS %4.0f MiB\n",
+		key, bound.Load(), elapsed.Round(time.Millisecond), res.Average, res.CPUSeconds, cpCPU, res.PeakRSSMiB)
 	b.Logf("%s: %d bound in %v; samples %v", key, bound.Load(), elapsed.Round(time.Millisecond), samples)
 	b.Logf("%s: peak RSS %.0f MiB, %v MiB at the first bind, last grown %v after the scheduler was up", key, res.PeakRSSMiB, atFirstBind.Load(), lastGrew.Load())
 	// How the binds spread over nodes: on HAMi's nodes, binds on one node
@@ -467,6 +480,11 @@ func runThroughput(ctx context.Context, b *testing.B, key, schedBin, workload st
 	sched.Stop(10 * time.Second)
 	if err := deleteAllPods(ctx, ns); err != nil {
 		return nil, fmt.Errorf("variant %s: %w", key, err)
+	}
+	// The scheduler's events (one per pod bound) live an hour: 10,000 a
+	// run would pile up in etcd over a set.
+	if err := client.CoreV1().Events(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		b.Logf("variant %s: events not deleted: %v", key, err)
 	}
 	return res, nil
 }
