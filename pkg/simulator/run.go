@@ -58,6 +58,9 @@ const (
 	// LearnedXDev is Learned with a share's device chosen by the exact
 	// growth instead of the first device of the best bucket.
 	LearnedXDev Policy = "learned-xdev"
+	// LearnedIdle is Learned with ties between GPU pods' nodes broken by
+	// the least idle GPU first, before the node order, as for CPU-only pods.
+	LearnedIdle Policy = "learned-idle"
 )
 
 // A fleet whose GPUs DRA hands out (issue 33): the nodes are chosen as by
@@ -72,7 +75,7 @@ const (
 )
 
 // Policies lists every policy, in report order; the ablations come last.
-var Policies = []Policy{Learned, FGD, BestFit, Packing, Spread, Vanilla, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder, LearnedXDev, DRAFirstFit, DRABestFit}
+var Policies = []Policy{Learned, FGD, BestFit, Packing, Spread, Vanilla, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder, LearnedXDev, LearnedIdle, DRAFirstFit, DRABestFit}
 
 // Compared is the default set: the six the benchmark compares.
 var Compared = Policies[:6]
@@ -91,6 +94,7 @@ var PolicyHelp = map[Policy]string{
 	FGDExact:    "ablation: fgd ranked by the exact growth, least-idle tie-break, no node order",
 	FGDCPUOrder: "ablation: fgd with CPU-only pods on GPU nodes by the node order alone (no least-idle first)",
 	LearnedXDev: "experiment: learned with a share's device chosen by the exact fragmentation growth",
+	LearnedIdle: "experiment: learned with every pod's ties broken by the least idle GPU first",
 	DRAFirstFit: "DRA fleet: nodes as learned, devices by DRA's allocator over the slices' order (upstream's first fit)",
 	DRABestFit:  "DRA fleet: nodes as learned, devices by DRA's allocator over our order (the most used first, GPUDynamicResources)",
 }
@@ -202,6 +206,8 @@ func Profile(p Policy, t *Trace, tieOrder string) (*schedconfig.KubeSchedulerPro
 	case Learned, Vanilla, DRAFirstFit, DRABestFit:
 	case LearnedXDev:
 		args.Scoring.ExactDeviceChoice = true
+	case LearnedIdle:
+		args.Scoring.LeastIdleTieBreak = true
 	case FGD, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder:
 		args.Policy = string(gpu.Fragmentation)
 		args.TargetWorkload.Mode = config.WorkloadStatic
