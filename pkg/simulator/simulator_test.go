@@ -495,6 +495,36 @@ func TestFGDPureReproducesPublished(t *testing.T) {
 	}
 }
 
+// TestProfileLearnedIdle: the ablation differs from learned in the GPU
+// pods' tie-break alone.
+func TestProfileLearnedIdle(t *testing.T) {
+	tr, err := Load(smallTrace(t, 10, 50, 1), "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scoring := func(p Policy) config.ScoringOptions {
+		prof, err := Profile(p, tr, TieHash)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		for _, pc := range prof.PluginConfig {
+			if a, ok := pc.Args.(*config.GPUScoreArgs); ok {
+				return a.Scoring
+			}
+		}
+		t.Fatalf("%s: no GPUScore args", p)
+		return config.ScoringOptions{}
+	}
+	learned, idle := scoring(Learned), scoring(LearnedIdle)
+	if learned.LeastIdleTieBreak || !idle.LeastIdleTieBreak {
+		t.Errorf("LeastIdleTieBreak: learned %v, learned-idle %v", learned.LeastIdleTieBreak, idle.LeastIdleTieBreak)
+	}
+	idle.LeastIdleTieBreak = false
+	if d := cmp.Diff(learned, idle); d != "" {
+		t.Errorf("learned-idle differs from learned beyond the tie-break (-learned +learned-idle):\n%s", d)
+	}
+}
+
 // TestProfileReferenceArithmetic: only fgd-pure with the original's tie order
 // computes in the original's arithmetic, with the trace's pod count.
 func TestProfileReferenceArithmetic(t *testing.T) {

@@ -427,7 +427,7 @@ func runChurn(ctx context.Context, b *testing.B, schedBin string, withChurn bool
 			os.WriteFile(filepath.Join(*tpProfile, fmt.Sprintf("cpu-%s.pprof", ns)), []byte(body), 0o644)
 		}()
 	}
-	samples, elapsed := sampleBinds(&bound, *chStream, *chMaxWait, submitted.Add(30*time.Minute))
+	samples, elapsed := sampleBinds(&bound, *chStream, *chMaxWait, submitted.Add(30*time.Minute), nil)
 	if bound.Load() == 0 {
 		b.Logf("%s: nothing bound %v after the stream was submitted", ns, *chMaxWait)
 	}
