@@ -495,33 +495,46 @@ func TestFGDPureReproducesPublished(t *testing.T) {
 	}
 }
 
-// TestProfileLearnedIdle: the ablation differs from learned in the GPU
-// pods' tie-break alone.
-func TestProfileLearnedIdle(t *testing.T) {
+// TestProfileLearnedAblations: each ablation of learned differs from it in
+// its one setting alone.
+func TestProfileLearnedAblations(t *testing.T) {
 	tr, err := Load(smallTrace(t, 10, 50, 1), "small")
 	if err != nil {
 		t.Fatal(err)
 	}
-	scoring := func(p Policy) config.ScoringOptions {
+	scoreArgs := func(p Policy) config.GPUScoreArgs {
 		prof, err := Profile(p, tr, TieHash)
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
 		for _, pc := range prof.PluginConfig {
 			if a, ok := pc.Args.(*config.GPUScoreArgs); ok {
-				return a.Scoring
+				return *a
 			}
 		}
 		t.Fatalf("%s: no GPUScore args", p)
-		return config.ScoringOptions{}
+		return config.GPUScoreArgs{}
 	}
-	learned, idle := scoring(Learned), scoring(LearnedIdle)
-	if learned.LeastIdleTieBreak || !idle.LeastIdleTieBreak {
-		t.Errorf("LeastIdleTieBreak: learned %v, learned-idle %v", learned.LeastIdleTieBreak, idle.LeastIdleTieBreak)
-	}
-	idle.LeastIdleTieBreak = false
-	if d := cmp.Diff(learned, idle); d != "" {
-		t.Errorf("learned-idle differs from learned beyond the tie-break (-learned +learned-idle):\n%s", d)
+	learned := scoreArgs(Learned)
+	for p, undo := range map[Policy]func(*config.GPUScoreArgs) bool{
+		LearnedIdle: func(a *config.GPUScoreArgs) bool {
+			was := a.Scoring.LeastIdleTieBreak && !learned.Scoring.LeastIdleTieBreak
+			a.Scoring.LeastIdleTieBreak = learned.Scoring.LeastIdleTieBreak
+			return was
+		},
+		LearnedNoDecay: func(a *config.GPUScoreArgs) bool {
+			was := a.TargetWorkload.HalfLifePods == 0 && learned.TargetWorkload.HalfLifePods > 0
+			a.TargetWorkload.HalfLifePods = learned.TargetWorkload.HalfLifePods
+			return was
+		},
+	} {
+		got := scoreArgs(p)
+		if !undo(&got) {
+			t.Errorf("%s: its setting is not changed from learned's", p)
+		}
+		if d := cmp.Diff(learned, got); d != "" {
+			t.Errorf("%s differs from learned beyond its setting (-learned +%s):\n%s", p, p, d)
+		}
 	}
 }
 
