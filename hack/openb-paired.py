@@ -5,8 +5,14 @@ both ran, with a 95% confidence interval (Student's t), and the mean over
 workloads.
 
 usage: hack/openb-paired.py A B [OUT [AT]]    e.g. hack/openb-paired.py learned fgd-pure out/openb-pure 100
+
+A or B may be `published`: the published FGD row of each seed
+(data/openb/fgd_expected_alloc.csv, or OPENB_TRACE's), which `fgd-pure
+--tie-order reference` equals at every column on all 170 runs (measured twice,
+docs/benchmarks.md §4; `TestFGDPureReproducesPublished` checks one), so a grid
+of one policy pairs with FGD without running fgd-pure again.
 """
-import collections, statistics, sys
+import collections, csv, gzip, os, statistics, sys
 
 from openb_runs import load_runs
 
@@ -20,6 +26,16 @@ at = int(sys.argv[4]) if len(sys.argv) > 4 else 130
 runs = collections.defaultdict(dict)  # (workload, policy) -> seed -> value at 130
 for d in load_runs(out):
     runs[(d["Workload"], d["Policy"])][d["Seed"]] = d["Curve"][at]
+
+if "published" in (a, b):
+    trace = os.environ.get("OPENB_TRACE", "data/openb")
+    path = os.path.join(trace, "fgd_expected_alloc.csv")
+    with (open(path) if os.path.exists(path) else gzip.open(path + ".gz", "rt")) as f:
+        for r in csv.DictReader(f):
+            if str(at) not in r:
+                sys.exit(f"{path}: no column {at}")
+            if r["sc_policy"].endswith("FGD") and float(r["tune"]) == 1.3 and r[str(at)]:
+                runs[(r["workload"].removeprefix("openb_pod_list_"), "published")][int(r["seed"])] = float(r[str(at)])
 
 print(f"| workload | seeds | {a} | {b} | {a} − {b} | 95% CI |")
 print("|---|---|---|---|---|---|")

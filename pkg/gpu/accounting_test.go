@@ -287,6 +287,9 @@ func TestLearnerBounded(t *testing.T) {
 	if !found {
 		t.Errorf("the common kind was pruned: %+v", l.Workload().Tasks())
 	}
+	if l.bucketed {
+		t.Errorf("kinds that differ by their models must not have their CPU grouped")
+	}
 }
 
 // Shares without an assignment that fit the node only in some arrangement

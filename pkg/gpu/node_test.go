@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -514,11 +515,25 @@ func TestLearner(t *testing.T) {
 	}
 }
 
-// Finely varied CPU requests fold into a bounded set of tasks whose CPU is
-// the mean of their members, and the task count stays capped.
+// Kinds are told apart by their exact CPU; grouped by bucket, finely varied
+// CPU requests fold into a bounded set of tasks whose CPU is the mean of
+// their members, and the task count stays capped.
 func TestLearnerBucketsAndCap(t *testing.T) {
-	l := NewLearner(0.95, 0)
-	for i, cpu := range []int64{11300, 11400, 11908, 12000} {
+	cpus := []int64{11300, 11400, 11908, 12000}
+	x := NewLearner(0.95, 0)
+	for i, cpu := range cpus {
+		x.Observe(fmt.Sprintf("a%d", i), &Request{Count: 1, CPU: cpu})
+	}
+	var got []int64
+	for _, tk := range x.Workload().Tasks() {
+		got = append(got, tk.CPU)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, cpus) {
+		t.Errorf("exact CPU: want four tasks of %v millicores, got %v", cpus, got)
+	}
+	l := NewLearner(0.95, 0).BucketCPU()
+	for i, cpu := range cpus {
 		l.Observe(fmt.Sprintf("a%d", i), &Request{Count: 1, CPU: cpu})
 	}
 	tasks := l.Workload().Tasks()
@@ -543,6 +558,69 @@ func TestLearnerBucketsAndCap(t *testing.T) {
 	}
 	if _, err := NewWorkload(many); err == nil || !strings.Contains(err.Error(), "at most 128 tasks") {
 		t.Errorf("want the task limit, got %v", err)
+	}
+}
+
+// A kind whose pods all ask the same takes exactly that, however the decay
+// has weighted them: a weighted mean in floats lands a millicore or a MiB
+// off, and a task a millicore over its pods calls a node that fits them all
+// too small.
+func TestLearnerKindIsItsRequest(t *testing.T) {
+	cpus := []int64{2000, 4000, 6000, 8000, 10000, 12000, 16000, 32000}
+	for _, bucketed := range []bool{false, true} {
+		l := NewLearner(0.95, 10000)
+		if bucketed {
+			l.BucketCPU() // each of these is alone in its bucket
+		}
+		for i := 0; i < 20000; i++ {
+			l.Observe(fmt.Sprint(i), &Request{Count: 1, CPU: cpus[i%len(cpus)], Memory: 65536 + int64(i%len(cpus))})
+		}
+		for _, tk := range l.Workload().Tasks() {
+			j := slices.Index(cpus, tk.CPU)
+			if j < 0 || tk.Memory != 65536+int64(j) {
+				t.Errorf("bucketed %v: task of %d millicores and %d MiB is no pod's request", bucketed, tk.CPU, tk.Memory)
+			}
+		}
+	}
+}
+
+// Requests so finely varied that the most common exact kinds describe too
+// little of the mix are regrouped by bucket, their weight kept, rather than
+// cut down to the heaviest few; kinds that differ by more than CPU are not.
+func TestLearnerCoarsens(t *testing.T) {
+	l := NewLearner(0.95, 0)
+	n := 600
+	for i := 0; i < n; i++ { // one pod each of 600 CPU sizes, 4000-4599
+		l.Observe(fmt.Sprint(i), &Request{Count: 1, CPU: 4000 + int64(i)})
+	}
+	if k := l.Kinds(); !l.bucketed || k >= MaxLearnedTasks {
+		t.Errorf("after %d sizes of CPU: %d kinds, grouped %v; want a few buckets", n, k, l.bucketed)
+	}
+	var w float64
+	for _, tk := range l.Workload().Tasks() {
+		w += tk.Weight
+		if tk.CPU < 4000 || tk.CPU >= 4000+int64(n) {
+			t.Errorf("task CPU %d is outside its members' range", tk.CPU)
+		}
+	}
+	if abs(w-1) > 1e-9 {
+		t.Errorf("task weights sum to %v", w)
+	}
+	var counted float64
+	for _, e := range l.counts {
+		counted += e.weight
+	}
+	if abs(counted-l.total) > 1e-6 || abs(l.total-float64(n)) > 1e-6 {
+		t.Errorf("grouping lost weight: %v counted of %v, %d observed", counted, l.total, n)
+	}
+
+	// 600 sizes of share: grouping CPU would not help, so CPU stays exact.
+	s := NewLearner(0.95, 0)
+	for i := 0; i < n; i++ {
+		s.Observe(fmt.Sprint(i), &Request{Milli: int32(1 + i), CPU: 4000 + int64(i)})
+	}
+	if s.bucketed {
+		t.Errorf("kinds that differ by their share must not have their CPU grouped")
 	}
 }
 

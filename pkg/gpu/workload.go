@@ -39,10 +39,11 @@ func TaskOf(r *Request) (Task, bool) {
 // fixed bound keeps the per-node model mask in the cache entry itself.
 const MaxTasks = 128
 
-// maxLearnerKeys bounds the kinds of pod a Learner counts: beyond it, the
-// lightest half is dropped (they weigh least in the target, and old ones have
-// decayed). Pods choose their own model strings, so without a bound a flood
-// of distinct ones would grow it without end.
+// maxLearnerKeys bounds the kinds of pod a Learner counts: beyond it, kinds
+// that differ only by a few percent of CPU are grouped (coarsen) if that
+// halves them, else the lightest half is dropped (they weigh least in the
+// target, and old ones have decayed). Pods choose their own model strings,
+// so without a bound a flood of distinct ones would grow it without end.
 const maxLearnerKeys = 1024
 
 // maxLearnedModels bounds the model selector a learned task keeps, in bytes
@@ -204,7 +205,10 @@ func (w *Workload) frag(free *[MaxDevices]int32, count int32, cpuFree, memFree i
 
 // Learner learns the target workload online from the requests the scheduler
 // sees, which is all a live cluster can know. Old observations decay, so the
-// target follows a changing mix.
+// target follows a changing mix. Kinds of pod are told apart by their exact
+// CPU, as the trace's typical pods are; a cluster whose requests vary so
+// finely that the kinds outgrow maxLearnerKeys has them grouped by cpuBucket
+// from then on.
 type Learner struct {
 	mu       sync.Mutex
 	coverage float64
@@ -217,6 +221,8 @@ type Learner struct {
 	seenRing []string
 	seenNext int
 	current  atomic.Pointer[Workload]
+	// bucketed keys kinds by cpuBucket of their CPU.
+	bucketed bool
 }
 
 type taskKey struct {
@@ -230,8 +236,38 @@ type learned struct {
 	task   Task
 	weight float64
 	// cpuSum and memSum accumulate weight·request: a key's CPU and memory
-	// are their means. cpuSum is 0 for exact keys (TypicalTasks).
+	// are their means, within the members' range. cpuSum is 0 for exact
+	// keys (TypicalTasks).
 	cpuSum, memSum float64
+	// The members' range, exact: a kind whose members all ask the same
+	// takes that, not a weighted mean that float rounding may put a
+	// millicore above every member (which would call a node that fits them
+	// all too small).
+	cpuMin, cpuMax, memMin, memMax int64
+}
+
+func (e *learned) add(w float64, cpu, mem int64) {
+	if e.weight == 0 {
+		e.cpuMin, e.cpuMax, e.memMin, e.memMax = cpu, cpu, mem, mem
+	}
+	e.weight += w
+	e.cpuSum += w * float64(cpu)
+	e.memSum += w * float64(mem)
+	e.cpuMin, e.cpuMax = min(e.cpuMin, cpu), max(e.cpuMax, cpu)
+	e.memMin, e.memMax = min(e.memMin, mem), max(e.memMax, mem)
+}
+
+// merge folds o into e (coarsening to buckets).
+func (e *learned) merge(o *learned) {
+	if e.weight == 0 {
+		*e = *o
+		return
+	}
+	e.weight += o.weight
+	e.cpuSum += o.cpuSum
+	e.memSum += o.memSum
+	e.cpuMin, e.cpuMax = min(e.cpuMin, o.cpuMin), max(e.cpuMax, o.cpuMax)
+	e.memMin, e.memMax = min(e.memMin, o.memMin), max(e.memMax, o.memMax)
 }
 
 // NewLearner keeps the most common tasks that together make up coverage of
@@ -245,6 +281,16 @@ func NewLearner(coverage float64, halfLife int) *Learner {
 		seen:     map[string]struct{}{},
 		seenRing: make([]string, 1<<16),
 	}
+}
+
+// BucketCPU groups kinds by cpuBucket of their CPU from now on (an ablation
+// of the simulator's, from the first pod: the learner's grouping before
+// exact keys).
+func (l *Learner) BucketCPU() *Learner {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.coarsen()
+	return l
 }
 
 // Observe counts a pod once, however often it is retried.
@@ -266,24 +312,31 @@ func (l *Learner) Observe(uid string, r *Request) {
 		l.seenNext = (l.seenNext + 1) % len(l.seenRing)
 		l.seen[uid] = struct{}{}
 	}
-	// CPU requests vary finely in a live cluster; bucketed, pods that differ
-	// by a few percent of CPU are one kind, with their mean CPU.
+	// Where CPU requests vary finely (coarsen), pods that differ by a few
+	// percent of CPU are one kind, with their mean CPU.
 	models := t.Models.String()
 	if len(models) > maxLearnedModels {
 		t.Models, models = ModelSelector{}, ""
 	}
-	k := taskKey{cpu: cpuBucket(t.CPU), milli: t.Milli, count: t.Count, models: models}
+	k := taskKey{cpu: t.CPU, milli: t.Milli, count: t.Count, models: models}
+	if l.bucketed {
+		k.cpu = cpuBucket(t.CPU)
+	}
 	e := l.counts[k]
 	if e == nil {
-		if len(l.counts) >= maxLearnerKeys {
+		if len(l.counts) >= maxLearnerKeys && l.coarsenIfItHalves() {
+			k.cpu = cpuBucket(t.CPU)
+			e = l.counts[k]
+		}
+		if e == nil && len(l.counts) >= maxLearnerKeys {
 			l.prune()
 		}
-		e = &learned{task: t}
-		l.counts[k] = e
+		if e == nil {
+			e = &learned{task: t}
+			l.counts[k] = e
+		}
 	}
-	e.weight += l.scale
-	e.cpuSum += l.scale * float64(t.CPU)
-	e.memSum += l.scale * float64(t.Memory)
+	e.add(l.scale, t.CPU, t.Memory)
 	l.total += l.scale
 	l.pending += l.scale
 	if l.halfLife > 0 {
@@ -305,6 +358,51 @@ func (l *Learner) Observe(uid string, r *Request) {
 		l.rebuild()
 		l.pending = 0
 	}
+}
+
+// coarsen regroups the kinds by cpuBucket of their CPU, for good: requests
+// this varied are better learned as groups of nearly the same size than cut
+// down to the heaviest exact ones.
+func (l *Learner) coarsen() {
+	if l.bucketed {
+		return
+	}
+	old := make([]taskKey, 0, len(l.counts))
+	for k := range l.counts {
+		old = append(old, k)
+	}
+	// In key order, so that the merged sums, and the target, do not depend
+	// on the map's.
+	sort.Slice(old, func(i, j int) bool { return keyLess(old[i], old[j]) })
+	counts := make(map[taskKey]*learned, len(old))
+	for _, k := range old {
+		e := l.counts[k]
+		k.cpu = cpuBucket(k.cpu)
+		if c := counts[k]; c != nil {
+			c.merge(e)
+		} else {
+			counts[k] = e
+		}
+	}
+	l.counts, l.bucketed = counts, true
+}
+
+// coarsenIfItHalves coarsens if that at least halves the kinds: kinds that
+// differ by more than CPU (models, shares) are not what grouping is for.
+func (l *Learner) coarsenIfItHalves() bool {
+	if l.bucketed {
+		return false
+	}
+	seen := make(map[taskKey]struct{}, len(l.counts))
+	for k := range l.counts {
+		k.cpu = cpuBucket(k.cpu)
+		seen[k] = struct{}{}
+	}
+	if len(seen) > len(l.counts)/2 {
+		return false
+	}
+	l.coarsen()
+	return true
 }
 
 // prune keeps the heavier half of the kinds counted. Their total stays as
@@ -344,26 +442,39 @@ func (l *Learner) rebuild() {
 		return keyLess(keys[entries[j]], keys[entries[i]])
 	})
 	tasks := topTasks(entries, l.total, l.coverage, MaxLearnedTasks)
+	if !l.bucketed && len(tasks) == MaxLearnedTasks && len(entries) > MaxLearnedTasks {
+		var covered float64
+		for _, t := range tasks {
+			covered += t.Weight
+		}
+		// So many exact kinds that the most common ones describe less
+		// than half of what the target should: group them, if CPU is
+		// what tells them apart.
+		if covered < l.coverage*l.total/2 && l.coarsenIfItHalves() {
+			l.rebuild()
+			return
+		}
+	}
 	if wl, err := NewWorkload(tasks); err == nil {
 		l.current.Store(wl)
 	}
 }
 
 // topTasks keeps the leading tasks until they cover the given share, or
-// until there are max of them.
-func topTasks(entries []*learned, total, coverage float64, max int) []Task {
+// until there are limit of them.
+func topTasks(entries []*learned, total, coverage float64, limit int) []Task {
 	var tasks []Task
 	var cum float64
 	for _, e := range entries {
-		if len(tasks) == max {
+		if len(tasks) == limit {
 			break
 		}
 		t := e.task
 		t.Weight = e.weight
 		if e.weight > 0 {
-			t.Memory = int64(e.memSum / e.weight)
+			t.Memory = min(max(int64(e.memSum/e.weight), e.memMin), e.memMax)
 			if e.cpuSum > 0 {
-				t.CPU = int64(math.Ceil(e.cpuSum / e.weight))
+				t.CPU = min(max(int64(math.Ceil(e.cpuSum/e.weight)), e.cpuMin), e.cpuMax)
 			}
 		}
 		tasks = append(tasks, t)
@@ -405,11 +516,12 @@ func TypicalTasks(reqs []Request, coverage float64) []Task {
 		k := taskKey{cpu: t.CPU, milli: t.Milli, count: t.Count, models: t.Models.String()}
 		e := counts[k]
 		if e == nil {
-			e = &learned{task: t}
+			e = &learned{task: t, cpuMin: t.CPU, cpuMax: t.CPU, memMin: t.Memory, memMax: t.Memory}
 			counts[k] = e
 		}
 		e.weight++
 		e.memSum += float64(t.Memory)
+		e.memMin, e.memMax = min(e.memMin, t.Memory), max(e.memMax, t.Memory)
 		total++
 	}
 	entries := make([]*learned, 0, len(counts))

@@ -63,6 +63,10 @@ const (
 	LearnedIdle Policy = "learned-idle"
 	// LearnedNoDecay is Learned with no forgetting (halfLifePods 0).
 	LearnedNoDecay Policy = "learned-nodecay"
+	// LearnedBucketCPU is Learned with kinds grouped by a bucket of their
+	// CPU request (three significant bits) from the first pod, as before
+	// exact keys.
+	LearnedBucketCPU Policy = "learned-bucketcpu"
 )
 
 // A fleet whose GPUs DRA hands out (issue 33): the nodes are chosen as by
@@ -77,29 +81,30 @@ const (
 )
 
 // Policies lists every policy, in report order; the ablations come last.
-var Policies = []Policy{Learned, FGD, BestFit, Packing, Spread, Vanilla, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder, LearnedXDev, LearnedIdle, LearnedNoDecay, DRAFirstFit, DRABestFit}
+var Policies = []Policy{Learned, FGD, BestFit, Packing, Spread, Vanilla, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder, LearnedXDev, LearnedIdle, LearnedNoDecay, LearnedBucketCPU, DRAFirstFit, DRABestFit}
 
 // Compared is the default set: the six the benchmark compares.
 var Compared = Policies[:6]
 
 // PolicyHelp describes the policies for --help.
 var PolicyHelp = map[Policy]string{
-	Learned:        "the shipped profile: GPUScore Fragmentation, target workload learned online",
-	FGD:            "GPUScore Fragmentation with the trace's typical pods as target (the paper's FGD)",
-	BestFit:        "GPUScore BestFit",
-	Packing:        "GPUScore Packing",
-	Spread:         "GPUScore Spread",
-	Vanilla:        "kube-scheduler v1.37.2 default profile; shared pods take whole GPUs",
-	FGDPure:        "the paper's FGD: fgd without memory in the fit and without the least-idle rule for CPU-only pods",
-	FGDPaper:       "ablation: fgd without memory in the fit",
-	FGDNoPrio:      "ablation: fgd without the stable node-order tie-break",
-	FGDExact:       "ablation: fgd ranked by the exact growth, least-idle tie-break, no node order",
-	FGDCPUOrder:    "ablation: fgd with CPU-only pods on GPU nodes by the node order alone (no least-idle first)",
-	LearnedXDev:    "experiment: learned with a share's device chosen by the exact fragmentation growth",
-	LearnedIdle:    "experiment: learned with every pod's ties broken by the least idle GPU first",
-	LearnedNoDecay: "experiment: learned with no forgetting (halfLifePods 0)",
-	DRAFirstFit:    "DRA fleet: nodes as learned, devices by DRA's allocator over the slices' order (upstream's first fit)",
-	DRABestFit:     "DRA fleet: nodes as learned, devices by DRA's allocator over our order (the most used first, GPUDynamicResources)",
+	Learned:          "the shipped profile: GPUScore Fragmentation, target workload learned online",
+	FGD:              "GPUScore Fragmentation with the trace's typical pods as target (the paper's FGD)",
+	BestFit:          "GPUScore BestFit",
+	Packing:          "GPUScore Packing",
+	Spread:           "GPUScore Spread",
+	Vanilla:          "kube-scheduler v1.37.2 default profile; shared pods take whole GPUs",
+	FGDPure:          "the paper's FGD: fgd without memory in the fit and without the least-idle rule for CPU-only pods",
+	FGDPaper:         "ablation: fgd without memory in the fit",
+	FGDNoPrio:        "ablation: fgd without the stable node-order tie-break",
+	FGDExact:         "ablation: fgd ranked by the exact growth, least-idle tie-break, no node order",
+	FGDCPUOrder:      "ablation: fgd with CPU-only pods on GPU nodes by the node order alone (no least-idle first)",
+	LearnedXDev:      "experiment: learned with a share's device chosen by the exact fragmentation growth",
+	LearnedIdle:      "experiment: learned with every pod's ties broken by the least idle GPU first",
+	LearnedNoDecay:   "experiment: learned with no forgetting (halfLifePods 0)",
+	LearnedBucketCPU: "ablation: learned with kinds of pod grouped by a bucket of their CPU, not the exact request",
+	DRAFirstFit:      "DRA fleet: nodes as learned, devices by DRA's allocator over the slices' order (upstream's first fit)",
+	DRABestFit:       "DRA fleet: nodes as learned, devices by DRA's allocator over our order (the most used first, GPUDynamicResources)",
 }
 
 // ParsePolicy validates a policy name.
@@ -213,6 +218,8 @@ func Profile(p Policy, t *Trace, tieOrder string) (*schedconfig.KubeSchedulerPro
 		args.Scoring.LeastIdleTieBreak = true
 	case LearnedNoDecay:
 		args.TargetWorkload.HalfLifePods = 0
+	case LearnedBucketCPU:
+		args.TargetWorkload.BucketCPU = true
 	case FGD, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder:
 		args.Policy = string(gpu.Fragmentation)
 		args.TargetWorkload.Mode = config.WorkloadStatic

@@ -527,6 +527,11 @@ func TestProfileLearnedAblations(t *testing.T) {
 			a.TargetWorkload.HalfLifePods = learned.TargetWorkload.HalfLifePods
 			return was
 		},
+		LearnedBucketCPU: func(a *config.GPUScoreArgs) bool {
+			was := a.TargetWorkload.BucketCPU && !learned.TargetWorkload.BucketCPU
+			a.TargetWorkload.BucketCPU = learned.TargetWorkload.BucketCPU
+			return was
+		},
 	} {
 		got := scoreArgs(p)
 		if !undo(&got) {

@@ -148,6 +148,10 @@ type TargetWorkload struct {
 	// ReferenceTracePods is how many pods the trace the static tasks were
 	// counted from has (Scoring.ReferenceArithmetic). Internal only.
 	ReferenceTracePods int64
+	// BucketCPU groups learned kinds by a bucket of their CPU request from
+	// the first pod, not by the exact request (an ablation of the
+	// simulator's: the grouping before exact keys). Internal only.
+	BucketCPU bool
 	// PublishTo is the lease ("namespace/name", the scheduler's own) on
 	// which the leader publishes the learned target, for kubectl gpu; ""
 	// publishes nothing.

@@ -86,7 +86,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		}
 		s.SetScoring(sc, nil, wl)
 	} else {
-		s.SetScoring(sc, gpu.NewLearner(float64(w.CoveragePercent)/100, int(w.HalfLifePods)), nil)
+		l := gpu.NewLearner(float64(w.CoveragePercent)/100, int(w.HalfLifePods))
+		if w.BucketCPU {
+			l.BucketCPU()
+		}
+		s.SetScoring(sc, l, nil)
 		if w.PublishTo != "" && h.ClientSet() != nil {
 			go newPublisher(h.ClientSet(), w.PublishTo, gpufit.ProfileName(h), shared.LeaderElected(), s.Leading, s.Workload).run(ctx)
 		}
