@@ -614,6 +614,27 @@ func TestLearnerCoarsens(t *testing.T) {
 		t.Errorf("grouping lost weight: %v counted of %v, %d observed", counted, l.total, n)
 	}
 
+	// A dominant kind keeps the most common 64 covering the mix, so it is
+	// the bound on kinds that has the tail grouped, into existing buckets too.
+	d := NewLearner(0.95, 0)
+	for i := 0; i < 20000; i++ {
+		d.Observe(fmt.Sprint("d", i), &Request{Milli: 500, CPU: 1000})
+	}
+	tail := maxLearnerKeys + 50
+	for i := 0; i < tail; i++ {
+		d.Observe(fmt.Sprint("t", i), &Request{Count: 1, CPU: 4000 + int64(i)})
+	}
+	if k := d.Kinds(); !d.bucketed || k >= MaxLearnedTasks {
+		t.Errorf("past %d kinds: %d kinds, grouped %v; want a few buckets", maxLearnerKeys, k, d.bucketed)
+	}
+	counted = 0
+	for _, e := range d.counts {
+		counted += e.weight
+	}
+	if abs(counted-float64(20000+tail)) > 1e-6 {
+		t.Errorf("grouping at the bound lost weight: %v counted, %d observed", counted, 20000+tail)
+	}
+
 	// 600 sizes of share: grouping CPU would not help, so CPU stays exact.
 	s := NewLearner(0.95, 0)
 	for i := 0; i < n; i++ {
