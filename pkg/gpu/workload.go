@@ -206,9 +206,10 @@ func (w *Workload) frag(free *[MaxDevices]int32, count int32, cpuFree, memFree i
 // Learner learns the target workload online from the requests the scheduler
 // sees, which is all a live cluster can know. Old observations decay, so the
 // target follows a changing mix. Kinds of pod are told apart by their exact
-// CPU, as the trace's typical pods are; a cluster whose requests vary so
-// finely that the kinds outgrow maxLearnerKeys has them grouped by cpuBucket
-// from then on.
+// CPU, as the trace's typical pods are; where requests vary so finely by CPU
+// that the most common MaxLearnedTasks kinds cover under half of coverage,
+// or the kinds reach maxLearnerKeys, they are grouped by cpuBucket from then
+// on (coarsenIfItHalves).
 type Learner struct {
 	mu       sync.Mutex
 	coverage float64
