@@ -2,7 +2,7 @@
 import glob, json, os, sys
 
 # simulator.ResultFormat: runs of another format are refused, not mixed.
-FORMAT = 3
+FORMAT = 4
 
 
 def load_runs(out):

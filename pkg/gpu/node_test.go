@@ -3,6 +3,7 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand"
 	"slices"
 	"strings"
@@ -451,6 +452,144 @@ func TestEvaluateNodeOrder(t *testing.T) {
 	_, b, _ := Evaluate(Fragmentation, tight, &Request{CPU: 1000}, cpuHungry)
 	if a <= b {
 		t.Errorf("a CPU-only pod must avoid stranding a GPU: %d <= %d", a, b)
+	}
+}
+
+// The stranded-GPU term: the target's typical pod takes a GPU and 8 CPUs, so
+// a node of 8 GPUs and 64 CPUs is balanced. Both nodes leave every typical
+// pod room (F does not move, so without the term the node order decides);
+// the term sends a CPU-heavy pod to the node with CPU to spare, where it
+// strands nothing, and a CPU-light one to the node short of CPU, where it
+// uses GPUs that would be stranded. Memory strands the same way.
+func TestStrandedGPU(t *testing.T) {
+	wl, err := NewWorkload([]Task{{CPU: 8000, Memory: 32768, Milli: 1000, Count: 1, Weight: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := func(name string, cpu, mem int64) *NodeState {
+		s := NewNodeState(name, Inventory{Count: 8}, cpu)
+		s.MemFree = mem
+		for d := range 8 {
+			s.Free[d] = MilliPerGPU
+		}
+		return s
+	}
+	const mem = 8 * 32768
+	tests := map[string]struct {
+		pod        Request
+		rich, poor *NodeState
+		want       string // the node the pod should go to
+	}{
+		"cpu-heavy pod to spare CPU": {Request{Count: 1, CPU: 32000, Memory: 32768},
+			node("rich", 128000, mem), node("poor", 64000, mem), "rich"},
+		"cpu-light pod to the node short of CPU": {Request{Count: 1, CPU: 1000, Memory: 32768},
+			node("rich", 128000, mem), node("poor", 48000, mem), "poor"},
+		"memory-heavy pod to spare memory": {Request{Count: 1, CPU: 8000, Memory: 4 * 32768},
+			node("rich", 64000, 2*mem), node("poor", 64000, mem), "rich"},
+		"share, cpu-heavy": {Request{Milli: 500, CPU: 32000, Memory: 32768},
+			node("rich", 128000, mem), node("poor", 64000, mem), "rich"},
+		"two GPUs, cpu-light": {Request{Count: 2, CPU: 2000, Memory: 65536},
+			node("rich", 128000, mem), node("poor", 48000, mem), "poor"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			for _, names := range [][2]string{{"node-a", "node-b"}, {"node-b", "node-a"}} {
+				tc.rich.Name, tc.poor.Name = names[0], names[1]
+				tc.rich.Prio, tc.poor.Prio = nodePrio(names[0]), nodePrio(names[1])
+				_, rich, ok1 := DefaultScoring.Evaluate(tc.rich, &tc.pod, wl)
+				_, poor, ok2 := DefaultScoring.Evaluate(tc.poor, &tc.pod, wl)
+				if !ok1 || !ok2 {
+					t.Fatal("does not fit")
+				}
+				if got := map[bool]string{true: "rich", false: "poor"}[rich > poor]; got != tc.want {
+					t.Errorf("%s: rich node scores %d, poor %d: want %s", names, rich, poor, tc.want)
+				}
+				// Without the term F ties them: the node order decides.
+				off := DefaultScoring
+				off.Strand = 0
+				_, r0, _ := off.Evaluate(tc.rich, &tc.pod, wl)
+				_, p0, _ := off.Evaluate(tc.poor, &tc.pod, wl)
+				if (r0 > p0) != (tc.rich.Prio > tc.poor.Prio) {
+					t.Errorf("%s: without the term the node order decides: rich %d, poor %d", names, r0, p0)
+				}
+			}
+		})
+	}
+}
+
+// Without memory in the fit, memory strands nothing: the node order decides.
+func TestStrandedGPUMemoryUnaware(t *testing.T) {
+	wl, _ := NewWorkload([]Task{{CPU: 8000, Memory: 32768, Milli: 1000, Count: 1, Weight: 1}})
+	sc := DefaultScoring
+	sc.MemoryAware = false
+	pod := Request{Count: 1, CPU: 8000, Memory: 4 * 32768}
+	for _, names := range [][2]string{{"node-a", "node-b"}, {"node-b", "node-a"}} {
+		rich, poor := NewNodeState(names[0], Inventory{Count: 8}, 64000), NewNodeState(names[1], Inventory{Count: 8}, 64000)
+		rich.MemFree, poor.MemFree = 16*32768, 8*32768
+		for d := range 8 {
+			rich.Free[d], poor.Free[d] = MilliPerGPU, MilliPerGPU
+		}
+		rich.Prio, poor.Prio = nodePrio(names[0]), nodePrio(names[1])
+		_, r, _ := sc.Evaluate(rich, &pod, wl)
+		_, p, _ := sc.Evaluate(poor, &pod, wl)
+		if (r > p) != (rich.Prio > poor.Prio) {
+			t.Errorf("%s: memory-unaware, rich %d, poor %d: want the node order", names, r, p)
+		}
+	}
+}
+
+// The term is one value for the node: it must not change which device a
+// share takes there (added before the bucketing, a large one would put
+// every device in the same bucket and hand the share to the first).
+func TestStrandedGPUKeepsTheDevice(t *testing.T) {
+	wl, _ := NewWorkload([]Task{{CPU: 2000, Milli: 500, Count: 1, Weight: 1}})
+	s := state(600, 1000)
+	s.CPUFree = 12000
+	pod := Request{Milli: 300, CPU: 10000}
+	heavy, off := DefaultScoring, DefaultScoring
+	heavy.Strand, off.Strand = 10, 0
+	c0, s0, _ := off.Evaluate(s, &pod, wl)
+	c1, s1, _ := heavy.Evaluate(s, &pod, wl)
+	if c0 != c1 || c0.Mask != 0b10 {
+		t.Errorf("device %b without the term, %b with it: want 10 both times (the 600 device would strand 300)", c0.Mask, c1.Mask)
+	}
+	if s1 >= s0 {
+		t.Errorf("the pod strands GPU: score %d with the term, %d without", s1, s0)
+	}
+}
+
+func TestStranded(t *testing.T) {
+	const noMem = math.MaxInt64
+	for _, tc := range []struct {
+		idle, cpu, mem int64
+		cpuPer, memPer float64
+		want           float64
+	}{
+		{8000, 64000, noMem, 8, 0, 0},         // balanced
+		{8000, 32000, noMem, 8, 0, 4000},      // CPU for 4 of 8 GPUs
+		{8000, -1000, noMem, 8, 0, 8000},      // overcommitted: no CPU
+		{8000, 32000, noMem, 0, 0, 0},         // the target asks no CPU
+		{8000, 64000, 65536, 8, 16.384, 4000}, // memory for 4 GPUs
+		{8000, 32000, 32768, 8, 16.384, 6000}, // the scarcer of the two
+		{0, 0, 0, 8, 16.384, 0},               // no idle GPU
+	} {
+		if got := stranded(tc.idle, tc.cpu, tc.mem, tc.cpuPer, tc.memPer); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("stranded(%d, %d, %d, %v, %v) = %v, want %v", tc.idle, tc.cpu, tc.mem, tc.cpuPer, tc.memPer, got, tc.want)
+		}
+	}
+	// The ratio is over the tasks the node's model can run.
+	wl, _ := NewWorkload([]Task{
+		{CPU: 8000, Memory: 1024, Milli: 1000, Count: 1, Weight: 1, Models: ModelSelector{Exact: []string{"A100"}}},
+		{CPU: 2000, Memory: 1024, Milli: 1000, Count: 2, Weight: 1},
+		{CPU: 50000, Weight: 5}, // CPU-only pods do not count
+	})
+	a100, t4 := state(1000), state(1000)
+	a100.Model, a100.ModelFold, t4.Model, t4.ModelFold = "A100", "A100", "T4", "T4"
+	if c := wl.cache(a100, true); math.Abs(c.cpuPer-10000.0/3000) > 1e-9 {
+		t.Errorf("A100 node: %v CPU per milli-GPU, want %v", c.cpuPer, 10000.0/3000)
+	}
+	if c := wl.cache(t4, true); math.Abs(c.cpuPer-1) > 1e-9 {
+		t.Errorf("T4 node: %v CPU per milli-GPU, want 1", c.cpuPer)
 	}
 }
 

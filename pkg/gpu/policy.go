@@ -71,6 +71,13 @@ type Scoring struct {
 	// when the workload carries its weights. For reproducing its results
 	// only.
 	ReferenceArithmetic bool
+	// Strand adds, to a GPU pod's fragmentation growth, this multiple of
+	// the growth of the node's stranded GPU (stranded): idle GPU that the
+	// CPU and memory left cannot serve at the CPU and memory per GPU of the
+	// target's tasks the node can run. F looks one typical pod ahead; this
+	// looks at the node's balance, so a CPU-heavy pod keeps off a node
+	// already short of CPU for its GPUs and a CPU-light one goes there.
+	Strand float64
 }
 
 // refArith reports whether F and its score follow the original's
@@ -102,7 +109,7 @@ func referencePrio(name string) uint16 {
 }
 
 // DefaultScoring is Fragmentation with the measured defaults.
-var DefaultScoring = Scoring{Policy: Fragmentation, NodePriority: true, MemoryAware: true, CPUOnlyLeastIdle: true}
+var DefaultScoring = Scoring{Policy: Fragmentation, NodePriority: true, MemoryAware: true, CPUOnlyLeastIdle: true, Strand: 1}
 
 // Reference sizes normalise CPU and GPU left-overs in BestFit, as in the
 // published method (the largest node of the openb cluster).
@@ -172,7 +179,8 @@ func Evaluate(p Policy, s *NodeState, r *Request, wl *Workload) (Choice, int64, 
 }
 
 // key orders by primary, then (with LeastIdle) by less idle GPU left, then
-// (with NodePriority) by the node's priority. |primary| < 2^25.
+// (with NodePriority) by the node's priority. |primary| < 2^26 (exact, with
+// the stranded-GPU term at its largest weight: 11 × 64,000 milli × 64).
 func (sc Scoring) key(primary, idleAfter int64, prio uint16) int64 {
 	k := primary << 37
 	if sc.LeastIdle {
@@ -281,9 +289,11 @@ func (sc Scoring) fragScore(s *NodeState, wl *Workload, c Choice, r *Request) in
 	ref := sc.refArith(wl)
 	fc := wl.cacheAs(s, sc.MemoryAware, ref)
 	after := s.Free
+	var taken int64 // what the devices lose, which a node agent's share can make differ from the request
 	for i := 0; i < int(s.Count); i++ {
 		if c.Mask&(1<<uint(i)) != 0 {
 			after[i] = s.freeAfter(i, c.Milli, &c.Share)
+			taken += int64(s.Free[i] - after[i])
 		}
 	}
 	var primary int64
@@ -291,15 +301,33 @@ func (sc Scoring) fragScore(s *NodeState, wl *Workload, c Choice, r *Request) in
 		primary = refScore(fc.base, wl.refFrag(s, &after, s.Count, s.CPUFree-r.CPU))
 	} else {
 		f := wl.frag(&after, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), &fc.match)
-		primary = sc.fragPrimary(f - fc.base)
+		primary = sc.fragPrimary(f - fc.base + sc.strandGrowth(s, fc, taken, r))
 	}
 	return sc.key(primary, s.Idle()-int64(c.Milli)*int64(popcount(c.Mask)), sc.prio(s))
+}
+
+// strandGrowth is Strand times the growth of the node's stranded GPU when
+// the pod takes gpu milli of its idle GPU, its CPU and its memory.
+func (sc Scoring) strandGrowth(s *NodeState, fc *fragCache, gpu int64, r *Request) float64 {
+	if sc.Strand == 0 {
+		return 0
+	}
+	idle := s.Idle()
+	mem, memAfter := int64(math.MaxInt64), int64(math.MaxInt64)
+	if sc.MemoryAware {
+		mem, memAfter = s.MemFree, s.MemFree-r.Memory
+	}
+	return sc.Strand * (stranded(idle-gpu, s.CPUFree-r.CPU, memAfter, fc.cpuPer, fc.memPer) -
+		stranded(idle, s.CPUFree, mem, fc.cpuPer, fc.memPer))
 }
 
 // bestFragDevice tries the devices a share fits on. Bucketed, the first
 // device of the best bucket wins (FGD's choice); exact, the smallest growth,
 // then the tighter device. Devices with the same free milli give the same
-// fragmentation and are tried once.
+// fragmentation and are tried once. The device is chosen by fragmentation
+// alone: the stranded-GPU term is about the node (it differs between devices
+// only through what an agent's share takes), and added before the bucketing
+// it would move bucket edges and with them the device.
 func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, sh *DeviceShare, mask uint64, r *Request) (Choice, int64, bool) {
 	ref := sc.refArith(wl)
 	fc := wl.cacheAs(s, sc.MemoryAware, ref)
@@ -307,6 +335,7 @@ func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, sh *De
 	best := -1
 	var bestF float64
 	var bestP int64
+	var bestAfter int32
 	// Devices with the same room before and after give the same
 	// fragmentation (the device vectors are permutations): each pair once.
 	var tried [MaxDevices][2]int32
@@ -349,11 +378,14 @@ func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, sh *De
 			better = true
 		}
 		if better {
-			best, bestF, bestP = i, f, p
+			best, bestF, bestP, bestAfter = i, f, p, pair[1]
 		}
 	}
 	if best < 0 {
 		return Choice{}, 0, false
+	}
+	if !ref && sc.Strand != 0 {
+		bestP = sc.fragPrimary(bestF - fc.base + sc.strandGrowth(s, fc, int64(s.Free[best]-bestAfter), r))
 	}
 	return Choice{Mask: 1 << uint(best), Milli: milli, Share: *sh}, sc.key(bestP, s.Idle()-int64(milli), sc.prio(s)), true
 }

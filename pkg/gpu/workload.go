@@ -113,6 +113,9 @@ type fragCache struct {
 	ref      bool              // the base is the original's F (refFrag)
 	match    [maskWords]uint64 // task i's model selector allows this node
 	base     float64
+	// cpuPer and memPer are the CPU and memory per milli-GPU of the GPU
+	// tasks this node can run, weighted by how often they come.
+	cpuPer, memPer float64
 }
 
 type fragSlot struct{ p atomic.Pointer[fragCache] }
@@ -138,6 +141,7 @@ func (w *Workload) cacheAs(s *NodeState, memAware, ref bool) *fragCache {
 	}
 	c := &fragCache{wl: w, memAware: memAware, ref: ref}
 	w.matchMask(s, &c.match)
+	c.cpuPer, c.memPer = w.perMilli(&c.match)
 	mem := int64(math.MaxInt64)
 	if memAware {
 		mem = s.MemFree
@@ -149,6 +153,31 @@ func (w *Workload) cacheAs(s *NodeState, memAware, ref bool) *fragCache {
 	}
 	s.frag.p.Store(c)
 	return c
+}
+
+// perMilli is the CPU and memory per milli-GPU of the matching GPU tasks.
+func (w *Workload) perMilli(match *[maskWords]uint64) (cpu, mem float64) {
+	var gpu, gpuMem float64 // gpuMem: of the tasks that count memory (Memory 0 leaves it out)
+	for i := range w.tasks {
+		t := &w.tasks[i]
+		if t.Milli == 0 || match[i/64]&(1<<uint(i%64)) == 0 {
+			continue
+		}
+		g := t.Weight * float64(t.Milli) * float64(t.Count)
+		gpu += g
+		cpu += t.Weight * float64(t.CPU)
+		if t.Memory > 0 {
+			gpuMem += g
+			mem += t.Weight * float64(t.Memory)
+		}
+	}
+	if gpu > 0 {
+		cpu /= gpu
+	}
+	if gpuMem > 0 {
+		mem /= gpuMem
+	}
+	return cpu, mem
 }
 
 // Frag is the node's fragmentation F_n in milli-GPU: the expected idle GPU that
@@ -201,6 +230,22 @@ func (w *Workload) frag(free *[MaxDevices]int32, count int32, cpuFree, memFree i
 		}
 	}
 	return f
+}
+
+// stranded is the idle GPU (milli) on a node that the CPU and memory it has
+// left cannot serve at cpuPer and memPer (the CPU and memory a typical pod
+// asks per milli-GPU): what typical pods would leave idle once the node
+// runs out of CPU or memory. memFree is math.MaxInt64 when memory is not
+// counted.
+func stranded(idle, cpuFree, memFree int64, cpuPer, memPer float64) float64 {
+	var s float64
+	if cpuPer > 0 {
+		s = float64(idle) - float64(max(cpuFree, 0))/cpuPer
+	}
+	if memPer > 0 && memFree != math.MaxInt64 {
+		s = max(s, float64(idle)-float64(max(memFree, 0))/memPer)
+	}
+	return max(s, 0)
 }
 
 // Learner learns the target workload online from the requests the scheduler

@@ -44,7 +44,7 @@ const (
 //   - FGDPaper: FGD as published: no memory in the fit;
 //   - FGDNoPrio: no stable node order: ties fall to the scheduler's heap;
 //   - FGDExact: ranked by the exact growth, ties to the least idle node
-//     (our first design);
+//     (our first design, so without the stranded-GPU term either);
 //   - FGDCPUOrder: CPU-only pods tie by the node order alone, not the
 //     least idle GPU first.
 const (
@@ -53,7 +53,8 @@ const (
 	FGDExact    Policy = "fgd-exact"
 	FGDCPUOrder Policy = "fgd-cpuorder"
 	// FGDPure is the paper's FGD and nothing more: no memory in the fit,
-	// CPU-only pods by the node order alone (no least-idle rule).
+	// CPU-only pods by the node order alone (no least-idle rule), no
+	// stranded-GPU term.
 	FGDPure Policy = "fgd-pure"
 	// LearnedXDev is Learned with a share's device chosen by the exact
 	// growth instead of the first device of the best bucket.
@@ -67,6 +68,8 @@ const (
 	// CPU request (three significant bits) from the first pod, as before
 	// exact keys.
 	LearnedBucketCPU Policy = "learned-bucketcpu"
+	// LearnedNoStrand is Learned without the stranded-GPU term.
+	LearnedNoStrand Policy = "learned-nostrand"
 )
 
 // A fleet whose GPUs DRA hands out (issue 33): the nodes are chosen as by
@@ -81,7 +84,7 @@ const (
 )
 
 // Policies lists every policy, in report order; the ablations come last.
-var Policies = []Policy{Learned, FGD, BestFit, Packing, Spread, Vanilla, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder, LearnedXDev, LearnedIdle, LearnedNoDecay, LearnedBucketCPU, DRAFirstFit, DRABestFit}
+var Policies = []Policy{Learned, FGD, BestFit, Packing, Spread, Vanilla, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder, LearnedXDev, LearnedIdle, LearnedNoDecay, LearnedBucketCPU, LearnedNoStrand, DRAFirstFit, DRABestFit}
 
 // Compared is the default set: the six the benchmark compares.
 var Compared = Policies[:6]
@@ -89,12 +92,12 @@ var Compared = Policies[:6]
 // PolicyHelp describes the policies for --help.
 var PolicyHelp = map[Policy]string{
 	Learned:          "the shipped profile: GPUScore Fragmentation, target workload learned online",
-	FGD:              "GPUScore Fragmentation with the trace's typical pods as target (the paper's FGD)",
+	FGD:              "GPUScore Fragmentation with the trace's typical pods as target (the paper's FGD with our refinements: the oracle twin of learned)",
 	BestFit:          "GPUScore BestFit",
 	Packing:          "GPUScore Packing",
 	Spread:           "GPUScore Spread",
 	Vanilla:          "kube-scheduler v1.37.2 default profile; shared pods take whole GPUs",
-	FGDPure:          "the paper's FGD: fgd without memory in the fit and without the least-idle rule for CPU-only pods",
+	FGDPure:          "the paper's FGD: fgd without memory in the fit, the least-idle rule for CPU-only pods or the stranded-GPU term",
 	FGDPaper:         "ablation: fgd without memory in the fit",
 	FGDNoPrio:        "ablation: fgd without the stable node-order tie-break",
 	FGDExact:         "ablation: fgd ranked by the exact growth, least-idle tie-break, no node order",
@@ -103,6 +106,7 @@ var PolicyHelp = map[Policy]string{
 	LearnedIdle:      "experiment: learned with every pod's ties broken by the least idle GPU first",
 	LearnedNoDecay:   "experiment: learned with no forgetting (halfLifePods 0)",
 	LearnedBucketCPU: "ablation: learned with kinds of pod grouped by a bucket of their CPU, not the exact request",
+	LearnedNoStrand:  "ablation: learned without the stranded-GPU term (strandedGPUWeightPercent 0)",
 	DRAFirstFit:      "DRA fleet: nodes as learned, devices by DRA's allocator over the slices' order (upstream's first fit)",
 	DRABestFit:       "DRA fleet: nodes as learned, devices by DRA's allocator over our order (the most used first, GPUDynamicResources)",
 }
@@ -172,8 +176,10 @@ type Result struct {
 
 // ResultFormat changes whenever a change to the replay or the metric can
 // change a saved curve (3: the original's ten draws before the node ranks
-// and its per-event rounding), so that no grid mixes runs of two versions.
-const ResultFormat = 3
+// and its per-event rounding; 4: the stranded-GPU term, which moves
+// learned's and fgd's placements), so that no grid mixes runs of two
+// versions.
+const ResultFormat = 4
 
 // Profile builds the scheduler profile a policy runs: the shipped
 // configuration (with GPUScore's args set for the policy), or the vanilla
@@ -220,6 +226,8 @@ func Profile(p Policy, t *Trace, tieOrder string) (*schedconfig.KubeSchedulerPro
 		args.TargetWorkload.HalfLifePods = 0
 	case LearnedBucketCPU:
 		args.TargetWorkload.BucketCPU = true
+	case LearnedNoStrand:
+		args.Scoring.StrandedGPUWeightPercent = 0
 	case FGD, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder:
 		args.Policy = string(gpu.Fragmentation)
 		args.TargetWorkload.Mode = config.WorkloadStatic
@@ -230,6 +238,7 @@ func Profile(p Policy, t *Trace, tieOrder string) (*schedconfig.KubeSchedulerPro
 		case FGDPure:
 			args.Scoring.MemoryAware = false
 			args.Scoring.CPUOnlyLeastIdleTieBreak = false
+			args.Scoring.StrandedGPUWeightPercent = 0
 			if tieOrder == TieReference {
 				// The paper's FGD as its simulator computes it, float
 				// rounding included, to land on its placements.

@@ -532,6 +532,11 @@ func TestProfileLearnedAblations(t *testing.T) {
 			a.TargetWorkload.BucketCPU = learned.TargetWorkload.BucketCPU
 			return was
 		},
+		LearnedNoStrand: func(a *config.GPUScoreArgs) bool {
+			was := a.Scoring.StrandedGPUWeightPercent == 0 && learned.Scoring.StrandedGPUWeightPercent > 0
+			a.Scoring.StrandedGPUWeightPercent = learned.Scoring.StrandedGPUWeightPercent
+			return was
+		},
 	} {
 		got := scoreArgs(p)
 		if !undo(&got) {

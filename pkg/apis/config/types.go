@@ -126,6 +126,10 @@ type ScoringOptions struct {
 	// with TargetWorkload.ReferenceTracePods. Internal only, as
 	// ReferenceNodeOrder.
 	ReferenceArithmetic bool
+	// StrandedGPUWeightPercent adds, to a GPU pod's fragmentation growth,
+	// this percentage of the growth of the node's stranded GPU: idle GPU
+	// that the CPU and memory left cannot serve at the target's mix.
+	StrandedGPUWeightPercent int32
 }
 
 // Resolution values.

@@ -63,6 +63,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		CPUOnlyLeastIdle: args.Scoring.CPUOnlyLeastIdleTieBreak,
 		ReferenceOrder:   args.Scoring.ReferenceNodeOrder,
 		ExactDevice:      args.Scoring.ExactDeviceChoice,
+		Strand:           float64(args.Scoring.StrandedGPUWeightPercent) / 100,
 		// Set by the simulator only, with the trace's pod count.
 		ReferenceArithmetic: args.Scoring.ReferenceArithmetic,
 	}
@@ -70,9 +71,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if sc.ReferenceArithmetic && (w.Mode != config.WorkloadStatic || w.ReferenceTracePods <= 0) {
 		return nil, fmt.Errorf("%s: the reference arithmetic needs a static target workload and the trace's pod count", Name)
 	}
-	if sc.ReferenceArithmetic && (sc.MemoryAware || sc.ExactDevice || sc.Policy != gpu.Fragmentation) {
+	if sc.ReferenceArithmetic && (sc.MemoryAware || sc.ExactDevice || sc.Strand != 0 || sc.Policy != gpu.Fragmentation) {
 		// It is the published FGD's F, which has none of these.
-		return nil, fmt.Errorf("%s: the reference arithmetic is the Fragmentation policy's, without memoryAware or exactDeviceChoice", Name)
+		return nil, fmt.Errorf("%s: the reference arithmetic is the Fragmentation policy's, without memoryAware, exactDeviceChoice or strandedGPUWeightPercent", Name)
 	}
 	s := shared.For(h)
 	context.AfterFunc(ctx, func() { shared.Forget(h) })

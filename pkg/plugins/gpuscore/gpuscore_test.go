@@ -18,9 +18,11 @@ import (
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
 	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
 	"k8s.io/kubernetes/test/utils/ktesting"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/scheme"
+	configv1 "github.com/gpu-scheduler/gpu-scheduler/pkg/apis/config/v1"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu/gputest"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/offline"
@@ -262,6 +264,13 @@ func TestNewValidatesArgs(t *testing.T) {
 	if _, err := New(tCtx, bad, fh); err == nil || !strings.Contains(err.Error(), "publishTo: Invalid value") {
 		t.Errorf("publishTo without a namespace: %v", err)
 	}
+	for _, p := range []int32{-1, 1001} {
+		bad = scheme.DefaultGPUScoreArgs()
+		bad.Scoring.StrandedGPUWeightPercent = p
+		if _, err := New(tCtx, bad, fh); err == nil || !strings.Contains(err.Error(), "strandedGPUWeightPercent: Invalid value") {
+			t.Errorf("strandedGPUWeightPercent %d: %v", p, err)
+		}
+	}
 	bad = staticArgs(gpu.Fragmentation, config.WorkloadTask{GPUMilli: 500, GPUCount: 1, Weight: 1})
 	bad.TargetWorkload.PublishTo = "kube-system/gpu-scheduler"
 	if _, err := New(tCtx, bad, fh); err == nil || !strings.Contains(err.Error(), "only a learned target is published") {
@@ -287,15 +296,55 @@ func TestNewValidatesArgs(t *testing.T) {
 		{"memory-aware", func(a *config.GPUScoreArgs) { a.Scoring.MemoryAware = true }, "without memoryAware"},
 		{"exact device", func(a *config.GPUScoreArgs) { a.Scoring.ExactDeviceChoice = true }, "without memoryAware"},
 		{"best fit", func(a *config.GPUScoreArgs) { a.Policy = string(gpu.BestFit) }, "without memoryAware"},
+		{"stranded GPU", func(a *config.GPUScoreArgs) { a.Scoring.StrandedGPUWeightPercent = 100 }, "strandedGPUWeightPercent"},
 	} {
 		a := staticArgs(gpu.Fragmentation, task)
 		a.Scoring.MemoryAware = false
+		a.Scoring.StrandedGPUWeightPercent = 0
 		a.Scoring.ReferenceArithmetic = true
 		a.TargetWorkload.ReferenceTracePods = 10
 		tc.edit(a)
 		_, err := New(tCtx, a, fh)
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// The versioned args reach the ranking: the defaults are gpu.DefaultScoring
+// (the stranded-GPU term included), and strandedGPUWeightPercent is kept
+// as given, 0 included, through defaulting and conversion both ways.
+func TestStrandedGPUWeightArgs(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	fh, _ := newProfile(t, scheme.DefaultGPUScoreArgs(), nil, nil)
+	build := func(args *config.GPUScoreArgs) gpu.Scoring {
+		t.Helper()
+		p, err := New(tCtx, args, fh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ScoringOf(p.(*GPUScore))
+	}
+	if got := build(scheme.DefaultGPUScoreArgs()); got != gpu.DefaultScoring {
+		t.Errorf("defaults give %+v, want gpu.DefaultScoring %+v", got, gpu.DefaultScoring)
+	}
+	for _, tc := range []struct {
+		set  *int32
+		want float64
+	}{{nil, 1}, {ptr.To[int32](0), 0}, {ptr.To[int32](50), 0.5}, {ptr.To[int32](1000), 10}} {
+		in := &configv1.GPUScoreArgs{Scoring: &configv1.ScoringOptions{StrandedGPUWeightPercent: tc.set}}
+		configv1.SetDefaults_GPUScoreArgs(in)
+		var out config.GPUScoreArgs
+		configv1.Convert_v1_GPUScoreArgs_To_config_GPUScoreArgs(in, &out)
+		if got := build(&out).Strand; got != tc.want {
+			t.Errorf("strandedGPUWeightPercent %v: Strand %v, want %v", ptr.Deref(tc.set, -1), got, tc.want)
+		}
+		var back configv1.GPUScoreArgs
+		configv1.Convert_config_GPUScoreArgs_To_v1_GPUScoreArgs(&out, &back)
+		cp := back.DeepCopyObject().(*configv1.GPUScoreArgs)
+		*back.Scoring.StrandedGPUWeightPercent = -7 // the copy must not share it
+		if got := *cp.Scoring.StrandedGPUWeightPercent; float64(got) != tc.want*100 {
+			t.Errorf("strandedGPUWeightPercent %v: %d after the round trip", ptr.Deref(tc.set, -1), got)
 		}
 	}
 }

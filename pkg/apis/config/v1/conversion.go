@@ -156,6 +156,7 @@ func Convert_v1_GPUScoreArgs_To_config_GPUScoreArgs(in *GPUScoreArgs, out *confi
 			NodePriorityTieBreak:     ptr.Deref(sc.NodePriorityTieBreak, false),
 			MemoryAware:              ptr.Deref(sc.MemoryAware, false),
 			CPUOnlyLeastIdleTieBreak: ptr.Deref(sc.CPUOnlyLeastIdleTieBreak, false),
+			StrandedGPUWeightPercent: ptr.Deref(sc.StrandedGPUWeightPercent, 0),
 		}
 	}
 	out.TargetWorkload = config.TargetWorkload{}
@@ -180,6 +181,7 @@ func Convert_config_GPUScoreArgs_To_v1_GPUScoreArgs(in *config.GPUScoreArgs, out
 		NodePriorityTieBreak:     ptr.To(in.Scoring.NodePriorityTieBreak),
 		MemoryAware:              ptr.To(in.Scoring.MemoryAware),
 		CPUOnlyLeastIdleTieBreak: ptr.To(in.Scoring.CPUOnlyLeastIdleTieBreak),
+		StrandedGPUWeightPercent: ptr.To(in.Scoring.StrandedGPUWeightPercent),
 	}
 	w := in.TargetWorkload
 	out.TargetWorkload = &TargetWorkload{

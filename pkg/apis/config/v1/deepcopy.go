@@ -47,7 +47,7 @@ func (in *GPUScoreArgs) DeepCopyObject() runtime.Object {
 	if sc := in.Scoring; sc != nil {
 		out.Scoring = &ScoringOptions{Resolution: clonePtr(sc.Resolution), LeastIdleTieBreak: clonePtr(sc.LeastIdleTieBreak),
 			NodePriorityTieBreak: clonePtr(sc.NodePriorityTieBreak), MemoryAware: clonePtr(sc.MemoryAware),
-			CPUOnlyLeastIdleTieBreak: clonePtr(sc.CPUOnlyLeastIdleTieBreak)}
+			CPUOnlyLeastIdleTieBreak: clonePtr(sc.CPUOnlyLeastIdleTieBreak), StrandedGPUWeightPercent: clonePtr(sc.StrandedGPUWeightPercent)}
 	}
 	if w := in.TargetWorkload; w != nil {
 		out.TargetWorkload = &TargetWorkload{Mode: clonePtr(w.Mode), CoveragePercent: clonePtr(w.CoveragePercent), HalfLifePods: clonePtr(w.HalfLifePods),

@@ -127,6 +127,9 @@ func SetDefaults_GPUScoreArgs(obj *GPUScoreArgs) {
 	if sc.CPUOnlyLeastIdleTieBreak == nil {
 		sc.CPUOnlyLeastIdleTieBreak = ptr.To(true)
 	}
+	if sc.StrandedGPUWeightPercent == nil {
+		sc.StrandedGPUWeightPercent = ptr.To[int32](100)
+	}
 }
 
 // SetDefaults_GPUPreemptionArgs fills GPUPreemptionArgs with

@@ -161,6 +161,14 @@ type ScoringOptions struct {
 	// MemoryAware counts a typical pod as fitting a node only if its memory
 	// fits too. Default: true.
 	MemoryAware *bool `json:"memoryAware,omitempty"`
+	// StrandedGPUWeightPercent counts, in a GPU pod's fragmentation growth
+	// under Fragmentation, this percentage of the growth of the node's
+	// stranded GPU: idle GPU that the CPU and memory left on the node
+	// cannot serve at the target workload's CPU and memory per GPU (its
+	// tasks that the node's model can run). A CPU-heavy pod is then kept
+	// off nodes already short of CPU for their GPUs, and a CPU-light one
+	// sent there. 0 turns it off; at most 1000. Default: 100.
+	StrandedGPUWeightPercent *int32 `json:"strandedGPUWeightPercent,omitempty"`
 }
 
 // TargetWorkload is learned from the pods seen, or given.

@@ -3,6 +3,7 @@
 package validation
 
 import (
+	"fmt"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -115,6 +116,10 @@ func ValidateGPUFitArgs(path *field.Path, args *config.GPUFitArgs) error {
 	return errs.ToAggregate()
 }
 
+// maxStrandedGPUWeightPercent bounds the stranded-GPU term: 10 times the
+// fragmentation growth is already far past where it stopped helping.
+const maxStrandedGPUWeightPercent = 1000
+
 // ValidateGPUScoreArgs validates GPUScoreArgs.
 func ValidateGPUScoreArgs(path *field.Path, args *config.GPUScoreArgs) error {
 	var errs field.ErrorList
@@ -126,6 +131,10 @@ func ValidateGPUScoreArgs(path *field.Path, args *config.GPUScoreArgs) error {
 	default:
 		errs = append(errs, field.NotSupported(path.Child("scoring", "resolution"), args.Scoring.Resolution,
 			[]string{config.ResolutionBucketed, config.ResolutionExact}))
+	}
+	if p := args.Scoring.StrandedGPUWeightPercent; p < 0 || p > maxStrandedGPUWeightPercent {
+		errs = append(errs, field.Invalid(path.Child("scoring", "strandedGPUWeightPercent"), p,
+			fmt.Sprintf("must be between 0 and %d", maxStrandedGPUWeightPercent)))
 	}
 	w := args.TargetWorkload
 	wp := path.Child("targetWorkload")
