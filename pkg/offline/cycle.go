@@ -45,7 +45,7 @@ func Schedule(ctx context.Context, f framework.Framework, cluster *Cluster, pod 
 	diagnosis.UnschedulablePlugins = unschedulable
 	if !s.IsSuccess() {
 		if !s.IsRejected() {
-			res.Err = s.AsError()
+			res.Err = statusError("PreFilter", s)
 			return res
 		}
 		diagnosis.NodeToStatus.SetAbsentNodesStatus(s)
@@ -74,6 +74,12 @@ func Schedule(ctx context.Context, f framework.Framework, cluster *Cluster, pod 
 			statuses[i] = f.RunFilterPlugins(ctx, state, pod, candidates[i])
 		}, "Filter")
 	}
+	if err := ctx.Err(); err != nil {
+		// Until skips the nodes left once the context is done: their nil
+		// statuses would read as passes.
+		res.Err = err
+		return res
+	}
 	var feasible []fwk.NodeInfo
 	for i, st := range statuses {
 		name := candidates[i].Node().Name
@@ -82,7 +88,7 @@ func Schedule(ctx context.Context, f framework.Framework, cluster *Cluster, pod 
 			feasible = append(feasible, candidates[i])
 			res.Feasible = append(res.Feasible, name)
 		case st.Code() == fwk.Error:
-			res.Err = st.AsError()
+			res.Err = statusError("Filter", st)
 			return res
 		default:
 			diagnosis.NodeToStatus.Set(name, st)
@@ -99,17 +105,49 @@ func Schedule(ctx context.Context, f framework.Framework, cluster *Cluster, pod 
 		return res
 	}
 	if st := f.RunPreScorePlugins(ctx, state, pod, feasible); !st.IsSuccess() {
-		res.Err = st.AsError()
+		res.Err = statusError("PreScore", st)
 		return res
 	}
 	scores, st := f.RunScorePlugins(ctx, state, pod, feasible)
 	if !st.IsSuccess() {
-		res.Err = st.AsError()
+		res.Err = statusError("Score", st)
+		return res
+	}
+	if err := ctx.Err(); err != nil {
+		res.Err = err // the nodes Score skipped have no name
 		return res
 	}
 	res.Scores = scores
 	res.Node = framework.NewSortedScoredNodes(append([]fwk.NodePluginScores(nil), scores...)).Pop().Name
+	if res.Node == "" {
+		res.Err = fmt.Errorf("pod %s/%s: Score ranked %d nodes and named none", pod.Namespace, pod.Name, len(scores))
+	}
 	return res
+}
+
+// Rejected is a Reserve, Permit or PreBind plugin's refusal of the node
+// chosen: the scheduler puts the pod back as unschedulable, with that
+// plugin as the one whose events may make room.
+type Rejected struct {
+	Point  string
+	Status *fwk.Status
+}
+
+func (r *Rejected) Error() string {
+	return fmt.Sprintf("%s: plugin %q rejected the pod: %s", r.Point, r.Status.Plugin(), r.Status.Message())
+}
+
+// statusError is the status as an error, never nil: AsError is nil for Wait
+// and Skip, which an extension point that does not expect them must still
+// report. A rejection is a *Rejected.
+func statusError(point string, st *fwk.Status) error {
+	if st.IsRejected() {
+		return &Rejected{Point: point, Status: st}
+	}
+	if err := st.AsError(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%s: unexpected status %s (plugin %q): %s", point, st.Code(), st.Plugin(), st.Message())
 }
 
 func sortedSet(s interface{ UnsortedList() []string }) []string {
@@ -128,23 +166,23 @@ func Commit(ctx context.Context, f framework.Framework, cluster *Cluster, pod *v
 	state := res.State
 	if st := f.RunReservePluginsReserve(ctx, state, assumed, res.Node); !st.IsSuccess() {
 		f.RunReservePluginsUnreserve(ctx, state, assumed, res.Node)
-		return nil, st.AsError()
+		return nil, statusError("Reserve", st)
 	}
 	if _, st := f.RunPermitPlugins(ctx, state, assumed, res.Node); !st.IsSuccess() {
 		f.RunReservePluginsUnreserve(ctx, state, assumed, res.Node)
-		return nil, st.AsError()
+		return nil, statusError("Permit", st)
 	}
 	if st := f.RunPreBindPreFlights(ctx, state, assumed, res.Node); st.Code() == fwk.Error {
 		f.RunReservePluginsUnreserve(ctx, state, assumed, res.Node)
-		return nil, st.AsError()
+		return nil, statusError("PreBindPreFlight", st)
 	}
 	if st := f.RunPreBindPlugins(ctx, state, assumed, res.Node); !st.IsSuccess() {
 		f.RunReservePluginsUnreserve(ctx, state, assumed, res.Node)
-		return nil, st.AsError()
+		return nil, statusError("PreBind", st)
 	}
 	if st := f.RunBindPlugins(ctx, state, assumed, res.Node); !st.IsSuccess() && !st.IsSkip() {
 		f.RunReservePluginsUnreserve(ctx, state, assumed, res.Node)
-		return nil, st.AsError()
+		return nil, statusError("Bind", st)
 	}
 	bound := assumed
 	if prebound != nil {

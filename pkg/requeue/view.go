@@ -146,7 +146,7 @@ type baseNode struct {
 
 func newBaseNode(t *gpu.Tracker, n *v1.Node, pods []*v1.Pod) *baseNode {
 	sortByAddress(pods)
-	b := &baseNode{tr: t, node: n, pods: make([]weak.Pointer[v1.Pod], len(pods)), st: t.Compute(n, pods, 0, 0, "", false),
+	b := &baseNode{tr: t, node: n, pods: make([]weak.Pointer[v1.Pod], len(pods)),
 		cpuFree: n.Status.Allocatable.Cpu().MilliValue(),
 		memFree: n.Status.Allocatable.Memory().Value(),
 		podFree: n.Status.Allocatable.Pods().Value(),
@@ -158,6 +158,9 @@ func newBaseNode(t *gpu.Tracker, n *v1.Node, pods []*v1.Pod) *baseNode {
 		b.memFree -= mem
 		b.podFree--
 	}
+	// The device choice (Evaluate) weighs the CPU and memory left, as
+	// Score does (shared.memFree: MiB).
+	b.st = t.Compute(n, pods, b.cpuFree, b.memFree>>20, "", false)
 	return b
 }
 
@@ -471,6 +474,7 @@ func (nv *nodeView) book(cpu, mem int64, c gpu.Choice) {
 	nv.podFree--
 	st := nv.gpu.Clone()
 	st.TakeChoice(c)
+	st.CPUFree, st.MemFree = nv.cpuFree, nv.memFree>>20
 	nv.gpu = st
 }
 

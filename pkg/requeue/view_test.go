@@ -162,6 +162,30 @@ func TestViewBookingLeavesTheBase(t *testing.T) {
 	}
 }
 
+// TestViewStateCountsCPUAndMemory: the device state a view's check scores
+// with (Evaluate) carries the CPU and memory the node's pods leave, as
+// Score's does (a state with none makes every typical pod too large for the
+// node, and a share's device the first one, whatever fragmentation says),
+// and a booking takes the pod's.
+func TestViewStateCountsCPUAndMemory(t *testing.T) {
+	e := newEnv(t)
+	e.add(t, gpuNode("n1", 2, "A100"), pendingPod("p1", nil, 1))
+	bound := boundPod("b1", "n1", "n1:0=1000")
+	bound.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("12"), v1.ResourceMemory: resource.MustParse("40Gi")}
+	e.add(t, bound)
+	v := e.r.viewNow()
+	nv := v.nodes[0]
+	const cpu, memMiB = 32000 - 12000, (128 - 40) * 1024
+	if nv.gpu.CPUFree != cpu || nv.gpu.MemFree != memMiB {
+		t.Errorf("the view's device state has %dm CPU and %d MiB free, want %dm and %d MiB", nv.gpu.CPUFree, nv.gpu.MemFree, cpu, memMiB)
+	}
+	nv.book(4000, 8<<30, gpu.Choice{Mask: 1 << 1, Milli: gpu.MilliPerGPU})
+	if nv.gpu.CPUFree != cpu-4000 || nv.gpu.MemFree != memMiB-8*1024 || nv.gpu.Free[1] != 0 {
+		t.Errorf("after a booking: %dm CPU, %d MiB, device 1 %d milli free; want %dm, %d MiB, 0",
+			nv.gpu.CPUFree, nv.gpu.MemFree, nv.gpu.Free[1], cpu-4000, memMiB-8*1024)
+	}
+}
+
 // TestOwnWritesAreNotReconciled: a pending pod is reconciled again when
 // something its judgement reads changed, not after its reason was written
 // (each of which would also rebuild an old view).

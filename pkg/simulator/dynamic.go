@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	internalqueue "k8s.io/kubernetes/pkg/scheduler/backend/queue"
@@ -330,7 +331,17 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 			sched.Err = err
 		}
 		var fitErr *framework.FitError
-		if !errors.As(sched.Err, &fitErr) {
+		var rejected *offline.Rejected
+		switch {
+		case errors.As(sched.Err, &fitErr):
+			pInfo.UnschedulablePlugins = fitErr.Diagnosis.UnschedulablePlugins
+			pInfo.PendingPlugins = fitErr.Diagnosis.PendingPlugins
+		case errors.As(sched.Err, &rejected):
+			// As handleSchedulingFailure: the plugin that refused the
+			// node is the one whose events bring the pod back.
+			pInfo.UnschedulablePlugins = sets.New(rejected.Status.Plugin())
+			pInfo.PendingPlugins = sets.New[string]()
+		default:
 			return fmt.Errorf("pod %s: %w", pInfo.Pod.Name, sched.Err)
 		}
 		if p.row.NumGPU > 0 && !p.waited {
@@ -341,8 +352,6 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 				res.FragWaited++
 			}
 		}
-		pInfo.UnschedulablePlugins = fitErr.Diagnosis.UnschedulablePlugins
-		pInfo.PendingPlugins = fitErr.Diagnosis.PendingPlugins
 		return queue.AddUnschedulablePodIfNotPresent(logger, pInfo, queue.SchedulingCycle())
 	}
 	// Pop does not block while the backoff queue holds pods: the queue pops
