@@ -14,9 +14,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
-	"k8s.io/kubernetes/test/utils/ktesting"
 
-	"github.com/gpu-scheduler/gpu-scheduler/manifests"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/offline"
 )
@@ -44,30 +42,15 @@ func TestCommitPermitWait(t *testing.T) {
 		{code: fwk.Unschedulable, wantErr: `Permit: plugin "PermitAnswer" rejected the pod: permit says so`},
 	} {
 		t.Run(tc.code.String(), func(t *testing.T) {
-			tCtx := ktesting.Init(t)
-			cfg, err := offline.LoadConfig(manifests.SchedulerConfig)
-			if err != nil {
-				t.Fatal(err)
-			}
-			prof, err := offline.Profile(cfg, gpu.SchedulerName)
-			if err != nil {
-				t.Fatal(err)
-			}
-			prof.Plugins.Permit.Enabled = append(prof.Plugins.Permit.Enabled, config.Plugin{Name: "PermitAnswer"})
 			node := st.MakeNode().Name("node-1").Capacity(map[v1.ResourceName]string{v1.ResourceCPU: "4", v1.ResourceMemory: "16Gi", v1.ResourcePods: "10"}).Obj()
-			cluster, err := offline.NewCluster([]*v1.Node{node}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			pod := st.MakePod().Name("p").Namespace("default").UID("p").SchedulerName(gpu.SchedulerName).
+				Req(map[v1.ResourceName]string{v1.ResourceCPU: "1"}).Obj()
 			registry := frameworkruntime.Registry{"PermitAnswer": func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) {
 				return &permitAnswer{code: tc.code}, nil
 			}}
-			pod := st.MakePod().Name("p").Namespace("default").UID("p").SchedulerName(gpu.SchedulerName).
-				Req(map[v1.ResourceName]string{v1.ResourceCPU: "1"}).Obj()
-			f, _, err := offline.NewFramework(tCtx, prof, cluster, fake.NewClientset(pod), offline.Options{OutOfTree: registry})
-			if err != nil {
-				t.Fatal(err)
-			}
+			tCtx, cluster, f := shippedFrameworkWith(t, []*v1.Node{node}, nil, fake.NewClientset(pod), func(prof *config.KubeSchedulerProfile) {
+				prof.Plugins.Permit.Enabled = append(prof.Plugins.Permit.Enabled, config.Plugin{Name: "PermitAnswer"})
+			}, offline.Options{OutOfTree: registry})
 			res := offline.Schedule(tCtx, f, cluster, pod)
 			if res.Err != nil || res.Node != "node-1" {
 				t.Fatalf("Schedule: node %q, err %v", res.Node, res.Err)

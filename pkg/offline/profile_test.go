@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	"k8s.io/kubernetes/pkg/features"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	kubeschedulerscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	configv1 "k8s.io/kubernetes/pkg/scheduler/apis/config/v1"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -70,6 +71,13 @@ func referencePod(gpus string) *v1.Pod {
 
 func shippedFramework(t *testing.T, nodes []*v1.Node, pods []*v1.Pod) (context.Context, *offline.Cluster, framework.Framework) {
 	t.Helper()
+	return shippedFrameworkWith(t, nodes, pods, fake.NewClientset(), nil, offline.Options{})
+}
+
+// shippedFrameworkWith is shippedFramework with a client, a change to the
+// profile (nil: none) and options (out-of-tree plugins).
+func shippedFrameworkWith(t *testing.T, nodes []*v1.Node, pods []*v1.Pod, client *fake.Clientset, edit func(*config.KubeSchedulerProfile), opts offline.Options) (context.Context, *offline.Cluster, framework.Framework) {
+	t.Helper()
 	tCtx := ktesting.Init(t)
 	cfg, err := offline.LoadConfig(manifests.SchedulerConfig)
 	if err != nil {
@@ -79,11 +87,14 @@ func shippedFramework(t *testing.T, nodes []*v1.Node, pods []*v1.Pod) (context.C
 	if err != nil {
 		t.Fatal(err)
 	}
+	if edit != nil {
+		edit(prof)
+	}
 	cluster, err := offline.NewCluster(nodes, pods)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, _, err := offline.NewFramework(tCtx, prof, cluster, fake.NewClientset(), offline.Options{})
+	f, _, err := offline.NewFramework(tCtx, prof, cluster, client, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
