@@ -2,7 +2,7 @@
 import glob, json, os, sys
 
 # simulator.ResultFormat: runs of another format are refused, not mixed.
-FORMAT = 4
+FORMAT = 5
 
 
 def load_runs(out):

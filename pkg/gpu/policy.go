@@ -78,6 +78,63 @@ type Scoring struct {
 	// looks at the node's balance, so a CPU-heavy pod keeps off a node
 	// already short of CPU for its GPUs and a CPU-light one goes there.
 	Strand float64
+	// Scarce adds, to a GPU pod's fragmentation growth, this multiple of
+	// the GPU it takes times how much more loaded the node's model is than
+	// the least loaded model the pod allows (Scarcity): pods that can run
+	// on many models keep off the ones that restricted pods need. It
+	// applies from the pod's view of the fleet (ForPod) on.
+	Scarce float64
+	// scarcity and floor are the pod's view of the fleet (ForPod).
+	scarcity *Scarcity
+	floor    float64
+}
+
+// ForPod is the scoring of a pod's cycle: with the fleet's scarcity, and the
+// least load among the models the pod allows. A nil c, or no Scarce weight,
+// prices no model.
+func (sc Scoring) ForPod(c *Scarcity, r *Request) Scoring {
+	if sc.Scarce == 0 || c == nil || !r.HasGPU() {
+		return sc
+	}
+	sc.scarcity, sc.floor = c, c.Floor(&r.Models)
+	return sc
+}
+
+// Load is the load on the node's model in the pod's view; ok is false
+// without a view, or for a model the fleet did not have.
+func (sc Scoring) Load(s *NodeState) (float64, bool) {
+	if sc.scarcity == nil {
+		return 0, false
+	}
+	return sc.scarcity.Of(s.Model)
+}
+
+// Floor is the load the pod pays nothing for.
+func (sc Scoring) Floor() float64 { return sc.floor }
+
+// RaiseFloor makes f the load the pod pays nothing for, if above the least
+// load among the models it allows: the least loaded model among the nodes
+// that can take it now. A model it has no node of any more must not
+// price the ones it has, or every node would pay, the term would push them
+// all to FGD's lowest bucket, and the node order would decide among them.
+func (sc Scoring) RaiseFloor(f float64) Scoring {
+	if sc.scarcity != nil && f > sc.floor && !math.IsInf(f, 1) {
+		sc.floor = f
+	}
+	return sc
+}
+
+// scarceCost is the Scarce term for a pod taking gpu milli of the node's
+// devices.
+func (sc Scoring) scarceCost(s *NodeState, gpu int64) float64 {
+	if sc.scarcity == nil {
+		return 0
+	}
+	pi, ok := sc.scarcity.Of(s.Model)
+	if !ok || pi <= sc.floor {
+		return 0
+	}
+	return sc.Scarce * (pi - sc.floor) * float64(gpu)
 }
 
 // refArith reports whether F and its score follow the original's
@@ -109,7 +166,7 @@ func referencePrio(name string) uint16 {
 }
 
 // DefaultScoring is Fragmentation with the measured defaults.
-var DefaultScoring = Scoring{Policy: Fragmentation, NodePriority: true, MemoryAware: true, CPUOnlyLeastIdle: true, Strand: 1}
+var DefaultScoring = Scoring{Policy: Fragmentation, NodePriority: true, MemoryAware: true, CPUOnlyLeastIdle: true, Strand: 1, Scarce: 1}
 
 // Reference sizes normalise CPU and GPU left-overs in BestFit, as in the
 // published method (the largest node of the openb cluster).
@@ -179,8 +236,10 @@ func Evaluate(p Policy, s *NodeState, r *Request, wl *Workload) (Choice, int64, 
 }
 
 // key orders by primary, then (with LeastIdle) by less idle GPU left, then
-// (with NodePriority) by the node's priority. |primary| < 2^26 (exact, with
-// the stranded-GPU term at its largest weight: 11 × 64,000 milli × 64).
+// (with NodePriority) by the node's priority. |primary| < 2^26: fragPrimary
+// clamps the exact growth (the stranded-GPU term at its largest weight is
+// 11 × 64,000 milli × 64, under the clamp; the model-scarcity term has no
+// bound of its own).
 func (sc Scoring) key(primary, idleAfter int64, prio uint16) int64 {
 	k := primary << 37
 	if sc.LeastIdle {
@@ -263,11 +322,15 @@ func packingTier(s *NodeState, devices, milli int32, c Choice) int64 {
 // delta.
 const deltaScale = 64
 
+// maxExactGrowth bounds an exact primary so that key cannot overflow, with
+// a CPU-only pod's offset (cpuNodeTop) too.
+const maxExactGrowth = 1<<26 - 1 - cpuNodeTop
+
 // fragPrimary ranks a fragmentation growth ΔF (milli-GPU): bucketed as FGD's
 // score, or exact.
 func (sc Scoring) fragPrimary(delta float64) int64 {
 	if sc.Exact {
-		return -int64(math.Round(delta * deltaScale))
+		return -int64(math.Round(max(-maxExactGrowth, min(delta*deltaScale, maxExactGrowth))))
 	}
 	return int64(100 / (1 + math.Exp(delta/MilliPerGPU)))
 }
@@ -301,7 +364,7 @@ func (sc Scoring) fragScore(s *NodeState, wl *Workload, c Choice, r *Request) in
 		primary = refScore(fc.base, wl.refFrag(s, &after, s.Count, s.CPUFree-r.CPU))
 	} else {
 		f := wl.frag(&after, s.Count, s.CPUFree-r.CPU, sc.memFree(s, r.Memory), &fc.match)
-		primary = sc.fragPrimary(f - fc.base + sc.strandGrowth(s, fc, taken, r))
+		primary = sc.fragPrimary(f - fc.base + sc.strandGrowth(s, fc, taken, r) + sc.scarceCost(s, taken))
 	}
 	return sc.key(primary, s.Idle()-int64(c.Milli)*int64(popcount(c.Mask)), sc.prio(s))
 }
@@ -384,8 +447,9 @@ func (sc Scoring) bestFragDevice(s *NodeState, wl *Workload, milli int32, sh *De
 	if best < 0 {
 		return Choice{}, 0, false
 	}
-	if !ref && sc.Strand != 0 {
-		bestP = sc.fragPrimary(bestF - fc.base + sc.strandGrowth(s, fc, int64(s.Free[best]-bestAfter), r))
+	if !ref && (sc.Strand != 0 || sc.scarcity != nil) {
+		taken := int64(s.Free[best] - bestAfter)
+		bestP = sc.fragPrimary(bestF - fc.base + sc.strandGrowth(s, fc, taken, r) + sc.scarceCost(s, taken))
 	}
 	return Choice{Mask: 1 << uint(best), Milli: milli, Share: *sh}, sc.key(bestP, s.Idle()-int64(milli), sc.prio(s)), true
 }

@@ -397,6 +397,17 @@ func (t *Tracker) Lookup(node string, generation int64) *NodeState {
 	return s.current(generation)
 }
 
+// Known is the node's last computed state, current or not (nil if none):
+// what a node reports of its devices changes far less often than what its
+// pods hold, so the inventory of a stale state is still a fair count.
+func (t *Tracker) Known(node string) *NodeState {
+	s := t.slot(node, false)
+	if s == nil {
+		return nil
+	}
+	return s.cached.Load()
+}
+
 // lookupStats counts the lookups by name.
 var lookupStats atomic.Uint64
 

@@ -66,6 +66,10 @@ type Workload struct {
 	// ref is the published simulator's view of the same tasks
 	// (NewReferenceWorkload); nil otherwise.
 	ref []refTask
+	// scarce memoises Scarcity for the last fleet asked.
+	scarce scarcitySlot
+	// restricted: a GPU task restricts its model.
+	restricted bool
 }
 
 // NewWorkload normalises the weights and orders the tasks for Frag.
@@ -98,6 +102,7 @@ func NewWorkload(tasks []Task) (*Workload, error) {
 	for _, t := range w.tasks {
 		if t.Milli > 0 {
 			w.maxCPU, w.maxMem = max(w.maxCPU, t.CPU), max(w.maxMem, t.Memory)
+			w.restricted = w.restricted || !t.Models.Empty()
 		}
 	}
 	return w, nil

@@ -70,6 +70,8 @@ const (
 	LearnedBucketCPU Policy = "learned-bucketcpu"
 	// LearnedNoStrand is Learned without the stranded-GPU term.
 	LearnedNoStrand Policy = "learned-nostrand"
+	// LearnedNoScarce is Learned without the model-scarcity term.
+	LearnedNoScarce Policy = "learned-noscarce"
 )
 
 // A fleet whose GPUs DRA hands out (issue 33): the nodes are chosen as by
@@ -84,7 +86,7 @@ const (
 )
 
 // Policies lists every policy, in report order; the ablations come last.
-var Policies = []Policy{Learned, FGD, BestFit, Packing, Spread, Vanilla, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder, LearnedXDev, LearnedIdle, LearnedNoDecay, LearnedBucketCPU, LearnedNoStrand, DRAFirstFit, DRABestFit}
+var Policies = []Policy{Learned, FGD, BestFit, Packing, Spread, Vanilla, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder, LearnedXDev, LearnedIdle, LearnedNoDecay, LearnedBucketCPU, LearnedNoStrand, LearnedNoScarce, DRAFirstFit, DRABestFit}
 
 // Compared is the default set: the six the benchmark compares.
 var Compared = Policies[:6]
@@ -107,6 +109,7 @@ var PolicyHelp = map[Policy]string{
 	LearnedNoDecay:   "experiment: learned with no forgetting (halfLifePods 0)",
 	LearnedBucketCPU: "ablation: learned with kinds of pod grouped by a bucket of their CPU, not the exact request",
 	LearnedNoStrand:  "ablation: learned without the stranded-GPU term (strandedGPUWeightPercent 0)",
+	LearnedNoScarce:  "ablation: learned without the model-scarcity term (modelScarcityWeightPercent 0)",
 	DRAFirstFit:      "DRA fleet: nodes as learned, devices by DRA's allocator over the slices' order (upstream's first fit)",
 	DRABestFit:       "DRA fleet: nodes as learned, devices by DRA's allocator over our order (the most used first, GPUDynamicResources)",
 }
@@ -177,9 +180,10 @@ type Result struct {
 // ResultFormat changes whenever a change to the replay or the metric can
 // change a saved curve (3: the original's ten draws before the node ranks
 // and its per-event rounding; 4: the stranded-GPU term, which moves
-// learned's and fgd's placements), so that no grid mixes runs of two
-// versions.
-const ResultFormat = 4
+// learned's and fgd's placements; 5: the model-scarcity term, which moves
+// them on traces whose pods restrict their GPU model), so that no grid
+// mixes runs of two versions.
+const ResultFormat = 5
 
 // Profile builds the scheduler profile a policy runs: the shipped
 // configuration (with GPUScore's args set for the policy), or the vanilla
@@ -228,6 +232,8 @@ func Profile(p Policy, t *Trace, tieOrder string) (*schedconfig.KubeSchedulerPro
 		args.TargetWorkload.BucketCPU = true
 	case LearnedNoStrand:
 		args.Scoring.StrandedGPUWeightPercent = 0
+	case LearnedNoScarce:
+		args.Scoring.ModelScarcityWeightPercent = 0
 	case FGD, FGDPure, FGDPaper, FGDNoPrio, FGDExact, FGDCPUOrder:
 		args.Policy = string(gpu.Fragmentation)
 		args.TargetWorkload.Mode = config.WorkloadStatic
@@ -239,6 +245,7 @@ func Profile(p Policy, t *Trace, tieOrder string) (*schedconfig.KubeSchedulerPro
 			args.Scoring.MemoryAware = false
 			args.Scoring.CPUOnlyLeastIdleTieBreak = false
 			args.Scoring.StrandedGPUWeightPercent = 0
+			args.Scoring.ModelScarcityWeightPercent = 0
 			if tieOrder == TieReference {
 				// The paper's FGD as its simulator computes it, float
 				// rounding included, to land on its placements.

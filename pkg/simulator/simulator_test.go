@@ -537,6 +537,11 @@ func TestProfileLearnedAblations(t *testing.T) {
 			a.Scoring.StrandedGPUWeightPercent = learned.Scoring.StrandedGPUWeightPercent
 			return was
 		},
+		LearnedNoScarce: func(a *config.GPUScoreArgs) bool {
+			was := a.Scoring.ModelScarcityWeightPercent == 0 && learned.Scoring.ModelScarcityWeightPercent > 0
+			a.Scoring.ModelScarcityWeightPercent = learned.Scoring.ModelScarcityWeightPercent
+			return was
+		},
 	} {
 		got := scoreArgs(p)
 		if !undo(&got) {

@@ -130,6 +130,11 @@ type ScoringOptions struct {
 	// this percentage of the growth of the node's stranded GPU: idle GPU
 	// that the CPU and memory left cannot serve at the target's mix.
 	StrandedGPUWeightPercent int32
+	// ModelScarcityWeightPercent adds, to a GPU pod's fragmentation growth,
+	// this percentage of the GPU it takes times how much more the target's
+	// model-restricted demand loads the node's model than the least loaded
+	// model the pod allows.
+	ModelScarcityWeightPercent int32
 }
 
 // Resolution values.

@@ -6,9 +6,11 @@ package gpuscore
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -31,7 +33,26 @@ type GPUScore struct {
 	handle  fwk.Handle
 	shared  *shared.Shared
 	scoring gpu.Scoring
+	// fleet is the cluster's GPUs per model, for Scoring.Scarce.
+	fleet  atomic.Pointer[fleetView]
+	cycles atomic.Uint64
 }
+
+// fleetView is the fleet counted from a snapshot of nodes many nodes long.
+type fleetView struct {
+	f     *gpu.Fleet
+	nodes int
+	at    time.Time
+}
+
+// A fleet count serves fleetEvery cycles or fleetTTL, whichever ends
+// first, while the number of nodes stays the same: what a node's devices
+// are changes rarely (a device plugin or GFD reporting a new node's), and
+// counting costs a lookup per node.
+const (
+	fleetEvery = 256
+	fleetTTL   = 30 * time.Second
+)
 
 var (
 	_ fwk.PreScorePlugin = &GPUScore{}
@@ -64,6 +85,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		ReferenceOrder:   args.Scoring.ReferenceNodeOrder,
 		ExactDevice:      args.Scoring.ExactDeviceChoice,
 		Strand:           float64(args.Scoring.StrandedGPUWeightPercent) / 100,
+		Scarce:           float64(args.Scoring.ModelScarcityWeightPercent) / 100,
 		// Set by the simulator only, with the trace's pod count.
 		ReferenceArithmetic: args.Scoring.ReferenceArithmetic,
 	}
@@ -71,9 +93,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if sc.ReferenceArithmetic && (w.Mode != config.WorkloadStatic || w.ReferenceTracePods <= 0) {
 		return nil, fmt.Errorf("%s: the reference arithmetic needs a static target workload and the trace's pod count", Name)
 	}
-	if sc.ReferenceArithmetic && (sc.MemoryAware || sc.ExactDevice || sc.Strand != 0 || sc.Policy != gpu.Fragmentation) {
+	if sc.ReferenceArithmetic && (sc.MemoryAware || sc.ExactDevice || sc.Strand != 0 || sc.Scarce != 0 || sc.Policy != gpu.Fragmentation) {
 		// It is the published FGD's F, which has none of these.
-		return nil, fmt.Errorf("%s: the reference arithmetic is the Fragmentation policy's, without memoryAware, exactDeviceChoice or strandedGPUWeightPercent", Name)
+		return nil, fmt.Errorf("%s: the reference arithmetic is the Fragmentation policy's, without memoryAware, exactDeviceChoice, strandedGPUWeightPercent or modelScarcityWeightPercent", Name)
 	}
 	s := shared.For(h)
 	context.AfterFunc(ctx, func() { shared.Forget(h) })
@@ -125,6 +147,7 @@ func (pl *GPUScore) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment,
 type preScoreState struct {
 	req gpu.Request
 	wl  *gpu.Workload
+	sc  gpu.Scoring // the profile's, with the pod's view of the fleet
 	// A CPU-only pod's nodes, and their device states looked up at once
 	// on the cycle's second Score call (cpuOnly): the framework's
 	// opportunistic batching runs PreScore over every cached candidate to
@@ -150,12 +173,65 @@ func (pl *GPUScore) PreScore(_ context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		}
 		req = &r
 	}
-	s := &preScoreState{req: *req, wl: pl.shared.Workload()}
+	s := &preScoreState{req: *req, wl: pl.shared.Workload(), sc: pl.scoring}
+	if pl.scoring.Scarce != 0 && s.req.HasGPU() && s.wl != nil && s.wl.RestrictsModels() {
+		s.sc = pl.scoring.ForPod(s.wl.Scarcity(pl.fleetOf()), &s.req)
+		s.sc = s.sc.RaiseFloor(pl.floorAmong(s.sc, nodes))
+	}
 	if !s.req.HasGPU() && len(nodes) > 1 {
 		s.nodes = nodes
 	}
 	cs.Write(preScoreStateKey, s)
 	return nil
+}
+
+// fleetOf is the cluster's GPUs per model; nil without a snapshot.
+func (pl *GPUScore) fleetOf() *gpu.Fleet {
+	lister := pl.handle.SnapshotSharedLister()
+	if lister == nil {
+		return nil
+	}
+	infos, err := lister.NodeInfos().List()
+	if err != nil {
+		return nil
+	}
+	n := pl.cycles.Add(1)
+	prev := pl.fleet.Load()
+	if prev != nil && prev.nodes == len(infos) && n%fleetEvery != 0 && time.Since(prev.at) < fleetTTL {
+		return prev.f
+	}
+	var b gpu.FleetBuilder
+	t := pl.shared.Tracker()
+	for _, ni := range infos {
+		st := t.Known(ni.Node().Name)
+		if st == nil {
+			st = pl.shared.State(ni)
+		}
+		b.Add(st)
+	}
+	var pf *gpu.Fleet
+	if prev != nil {
+		pf = prev.f
+	}
+	v := &fleetView{f: b.Fleet(pf), nodes: len(infos), at: time.Now()}
+	pl.fleet.Store(v)
+	return v.f
+}
+
+// floorAmong is the least load among the models of the nodes that can take
+// the pod (+Inf without a view); it stops at the least the pod allows.
+func (pl *GPUScore) floorAmong(sc gpu.Scoring, nodes []fwk.NodeInfo) float64 {
+	lo := math.Inf(1)
+	for _, ni := range nodes {
+		pi, ok := sc.Load(pl.shared.State(ni))
+		if !ok {
+			return sc.Floor() // a model the count missed pays nothing
+		}
+		if lo = min(lo, pi); lo <= sc.Floor() {
+			break
+		}
+	}
+	return lo
 }
 
 // cpuOnlyState is the node's device state from the cycle's lookups, nil
@@ -179,7 +255,7 @@ func (pl *GPUScore) Score(_ context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 		return pl.shared.CPUOnlyScoreFrom(pl.scoring, nodeInfo, s.cpuOnlyState(pl, nodeInfo), &s.req, s.wl), nil
 	}
 	st := pl.shared.ForPod(pl.handle, nodeInfo, pod, false)
-	_, raw, ok := pl.scoring.Evaluate(st, &s.req, s.wl)
+	_, raw, ok := s.sc.Evaluate(st, &s.req, s.wl)
 	if !ok {
 		return minRaw, nil
 	}

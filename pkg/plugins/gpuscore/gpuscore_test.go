@@ -270,6 +270,11 @@ func TestNewValidatesArgs(t *testing.T) {
 		if _, err := New(tCtx, bad, fh); err == nil || !strings.Contains(err.Error(), "strandedGPUWeightPercent: Invalid value") {
 			t.Errorf("strandedGPUWeightPercent %d: %v", p, err)
 		}
+		bad = scheme.DefaultGPUScoreArgs()
+		bad.Scoring.ModelScarcityWeightPercent = p
+		if _, err := New(tCtx, bad, fh); err == nil || !strings.Contains(err.Error(), "modelScarcityWeightPercent: Invalid value") {
+			t.Errorf("modelScarcityWeightPercent %d: %v", p, err)
+		}
 	}
 	bad = staticArgs(gpu.Fragmentation, config.WorkloadTask{GPUMilli: 500, GPUCount: 1, Weight: 1})
 	bad.TargetWorkload.PublishTo = "kube-system/gpu-scheduler"
@@ -297,10 +302,12 @@ func TestNewValidatesArgs(t *testing.T) {
 		{"exact device", func(a *config.GPUScoreArgs) { a.Scoring.ExactDeviceChoice = true }, "without memoryAware"},
 		{"best fit", func(a *config.GPUScoreArgs) { a.Policy = string(gpu.BestFit) }, "without memoryAware"},
 		{"stranded GPU", func(a *config.GPUScoreArgs) { a.Scoring.StrandedGPUWeightPercent = 100 }, "strandedGPUWeightPercent"},
+		{"model scarcity", func(a *config.GPUScoreArgs) { a.Scoring.ModelScarcityWeightPercent = 100 }, "modelScarcityWeightPercent"},
 	} {
 		a := staticArgs(gpu.Fragmentation, task)
 		a.Scoring.MemoryAware = false
 		a.Scoring.StrandedGPUWeightPercent = 0
+		a.Scoring.ModelScarcityWeightPercent = 0
 		a.Scoring.ReferenceArithmetic = true
 		a.TargetWorkload.ReferenceTracePods = 10
 		tc.edit(a)
@@ -312,9 +319,9 @@ func TestNewValidatesArgs(t *testing.T) {
 }
 
 // The versioned args reach the ranking: the defaults are gpu.DefaultScoring
-// (the stranded-GPU term included), and strandedGPUWeightPercent is kept
-// as given, 0 included, through defaulting and conversion both ways.
-func TestStrandedGPUWeightArgs(t *testing.T) {
+// (the stranded-GPU and model-scarcity terms included), and each weight is
+// kept as given, 0 included, through defaulting and conversion both ways.
+func TestScoringWeightArgs(t *testing.T) {
 	tCtx := ktesting.Init(t)
 	fh, _ := newProfile(t, scheme.DefaultGPUScoreArgs(), nil, nil)
 	build := func(args *config.GPUScoreArgs) gpu.Scoring {
@@ -328,23 +335,106 @@ func TestStrandedGPUWeightArgs(t *testing.T) {
 	if got := build(scheme.DefaultGPUScoreArgs()); got != gpu.DefaultScoring {
 		t.Errorf("defaults give %+v, want gpu.DefaultScoring %+v", got, gpu.DefaultScoring)
 	}
-	for _, tc := range []struct {
-		set  *int32
-		want float64
-	}{{nil, 1}, {ptr.To[int32](0), 0}, {ptr.To[int32](50), 0.5}, {ptr.To[int32](1000), 10}} {
-		in := &configv1.GPUScoreArgs{Scoring: &configv1.ScoringOptions{StrandedGPUWeightPercent: tc.set}}
-		configv1.SetDefaults_GPUScoreArgs(in)
-		var out config.GPUScoreArgs
-		configv1.Convert_v1_GPUScoreArgs_To_config_GPUScoreArgs(in, &out)
-		if got := build(&out).Strand; got != tc.want {
-			t.Errorf("strandedGPUWeightPercent %v: Strand %v, want %v", ptr.Deref(tc.set, -1), got, tc.want)
+	for _, w := range []struct {
+		name    string
+		set     func(*configv1.ScoringOptions) **int32
+		scoring func(gpu.Scoring) float64
+	}{
+		{"strandedGPUWeightPercent", func(o *configv1.ScoringOptions) **int32 { return &o.StrandedGPUWeightPercent },
+			func(sc gpu.Scoring) float64 { return sc.Strand }},
+		{"modelScarcityWeightPercent", func(o *configv1.ScoringOptions) **int32 { return &o.ModelScarcityWeightPercent },
+			func(sc gpu.Scoring) float64 { return sc.Scarce }},
+	} {
+		for _, tc := range []struct {
+			set  *int32
+			want float64
+		}{{nil, 1}, {ptr.To[int32](0), 0}, {ptr.To[int32](50), 0.5}, {ptr.To[int32](1000), 10}} {
+			in := &configv1.GPUScoreArgs{Scoring: &configv1.ScoringOptions{}}
+			*w.set(in.Scoring) = tc.set
+			configv1.SetDefaults_GPUScoreArgs(in)
+			var out config.GPUScoreArgs
+			configv1.Convert_v1_GPUScoreArgs_To_config_GPUScoreArgs(in, &out)
+			if got := w.scoring(build(&out)); got != tc.want {
+				t.Errorf("%s %v: weight %v, want %v", w.name, ptr.Deref(tc.set, -1), got, tc.want)
+			}
+			var back configv1.GPUScoreArgs
+			configv1.Convert_config_GPUScoreArgs_To_v1_GPUScoreArgs(&out, &back)
+			cp := back.DeepCopyObject().(*configv1.GPUScoreArgs)
+			**w.set(back.Scoring) = -7 // the copy must not share it
+			if got := **w.set(cp.Scoring); float64(got) != tc.want*100 {
+				t.Errorf("%s %v: %d after the round trip", w.name, ptr.Deref(tc.set, -1), got)
+			}
 		}
-		var back configv1.GPUScoreArgs
-		configv1.Convert_config_GPUScoreArgs_To_v1_GPUScoreArgs(&out, &back)
-		cp := back.DeepCopyObject().(*configv1.GPUScoreArgs)
-		*back.Scoring.StrandedGPUWeightPercent = -7 // the copy must not share it
-		if got := *cp.Scoring.StrandedGPUWeightPercent; float64(got) != tc.want*100 {
-			t.Errorf("strandedGPUWeightPercent %v: %d after the round trip", ptr.Deref(tc.set, -1), got)
+	}
+}
+
+// The model-scarcity term through the plugin: the fleet has 6 A GPUs (a
+// full node among them) and 2 B GPUs, and as many of the target's pods may
+// run only on A as only on B, so F ties the free A node and the B node. A
+// pod that may run anywhere goes to A, whichever node name holds which
+// model; without the term the node order decides, the same name both
+// times.
+func TestModelScarcity(t *testing.T) {
+	tasks := []config.WorkloadTask{{CPUMilli: 1000, GPUMilli: 1000, GPUCount: 1, Weight: 2},
+		{CPUMilli: 1000, GPUMilli: 1000, GPUCount: 1, Models: []string{"A"}, Weight: 1},
+		{CPUMilli: 1000, GPUMilli: 1000, GPUCount: 1, Models: []string{"B"}, Weight: 1}}
+	node := func(name, model, gpus string) *v1.Node {
+		n := gpuNode(name, gpus)
+		n.Labels = map[string]string{gpu.LabelGPUProduct: model}
+		return n
+	}
+	full := bound("x", "full", "full:0=1000,1=1000,2=1000,3=1000")
+	for _, weight := range []int32{100, 0} {
+		chosen := map[string]string{} // model of node-1 -> node
+		for _, models := range [][2]string{{"A", "B"}, {"B", "A"}} {
+			nodes := []*v1.Node{node("node-1", models[0], "2"), node("node-2", models[1], "2"), node("full", "A", "4")}
+			modelOf := map[string]string{"node-1": models[0], "node-2": models[1]}
+			args := staticArgs(gpu.Fragmentation, tasks...)
+			args.Scoring.ModelScarcityWeightPercent = weight
+			tCtx := ktesting.Init(t)
+			fh, cluster := newProfile(t, args, nodes, []*v1.Pod{full})
+			res := offline.Schedule(tCtx, fh, cluster, whole("p", "1"))
+			if res.Err != nil {
+				t.Fatal(res.Err)
+			}
+			chosen[models[0]] = res.Node
+			if weight > 0 && modelOf[res.Node] != "A" {
+				t.Errorf("node-1 %s: an unrestricted pod went to %s (%s): %v", models[0], res.Node, modelOf[res.Node], res.Scores)
+			}
+		}
+		if weight == 0 && chosen["A"] != chosen["B"] {
+			t.Errorf("without the term: %v, want the node order (the same node both times)", chosen)
+		}
+	}
+}
+
+// When the least loaded model has no room, the pod pays nothing for the
+// least loaded model that has: at the largest weight, B and C would both
+// fall to the lowest bucket and the node order would decide. Here the
+// fragmentation does: the half-used B node, whichever name it has (taking
+// a GPU of C breaks the pair the 2-GPU tasks need).
+func TestModelScarcityFloorAmongFeasible(t *testing.T) {
+	tasks := []config.WorkloadTask{{CPUMilli: 1000, GPUMilli: 1000, GPUCount: 1, Weight: 2},
+		{CPUMilli: 1000, GPUMilli: 1000, GPUCount: 2, Models: []string{"B", "C"}, Weight: 1}}
+	node := func(name, model, gpus string) *v1.Node {
+		n := gpuNode(name, gpus)
+		n.Labels = map[string]string{gpu.LabelGPUProduct: model}
+		return n
+	}
+	for _, names := range [][2]string{{"node-1", "node-2"}, {"node-2", "node-1"}} {
+		nodes := []*v1.Node{node("full", "A", "8"), node(names[0], "B", "2"), node(names[1], "C", "2")}
+		pods := []*v1.Pod{bound("x", "full", "full:0=1000,1=1000,2=1000,3=1000,4=1000,5=1000,6=1000,7=1000"),
+			bound("y", names[0], names[0]+":0=1000")}
+		args := staticArgs(gpu.Fragmentation, tasks...)
+		args.Scoring.ModelScarcityWeightPercent = 1000
+		tCtx := ktesting.Init(t)
+		fh, cluster := newProfile(t, args, nodes, pods)
+		res := offline.Schedule(tCtx, fh, cluster, whole("p", "1"))
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		if res.Node != names[0] {
+			t.Errorf("B is %s: the pod went to %s, want the half-used B node: %v", names[0], res.Node, res.Scores)
 		}
 	}
 }

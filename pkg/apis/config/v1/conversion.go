@@ -151,12 +151,13 @@ func Convert_v1_GPUScoreArgs_To_config_GPUScoreArgs(in *GPUScoreArgs, out *confi
 	out.Scoring = config.ScoringOptions{}
 	if sc := in.Scoring; sc != nil {
 		out.Scoring = config.ScoringOptions{
-			Resolution:               ptr.Deref(sc.Resolution, ""),
-			LeastIdleTieBreak:        ptr.Deref(sc.LeastIdleTieBreak, false),
-			NodePriorityTieBreak:     ptr.Deref(sc.NodePriorityTieBreak, false),
-			MemoryAware:              ptr.Deref(sc.MemoryAware, false),
-			CPUOnlyLeastIdleTieBreak: ptr.Deref(sc.CPUOnlyLeastIdleTieBreak, false),
-			StrandedGPUWeightPercent: ptr.Deref(sc.StrandedGPUWeightPercent, 0),
+			Resolution:                 ptr.Deref(sc.Resolution, ""),
+			LeastIdleTieBreak:          ptr.Deref(sc.LeastIdleTieBreak, false),
+			NodePriorityTieBreak:       ptr.Deref(sc.NodePriorityTieBreak, false),
+			MemoryAware:                ptr.Deref(sc.MemoryAware, false),
+			CPUOnlyLeastIdleTieBreak:   ptr.Deref(sc.CPUOnlyLeastIdleTieBreak, false),
+			StrandedGPUWeightPercent:   ptr.Deref(sc.StrandedGPUWeightPercent, 0),
+			ModelScarcityWeightPercent: ptr.Deref(sc.ModelScarcityWeightPercent, 0),
 		}
 	}
 	out.TargetWorkload = config.TargetWorkload{}
@@ -176,12 +177,13 @@ func Convert_v1_GPUScoreArgs_To_config_GPUScoreArgs(in *GPUScoreArgs, out *confi
 func Convert_config_GPUScoreArgs_To_v1_GPUScoreArgs(in *config.GPUScoreArgs, out *GPUScoreArgs) {
 	out.Policy = ptr.To(in.Policy)
 	out.Scoring = &ScoringOptions{
-		Resolution:               ptr.To(in.Scoring.Resolution),
-		LeastIdleTieBreak:        ptr.To(in.Scoring.LeastIdleTieBreak),
-		NodePriorityTieBreak:     ptr.To(in.Scoring.NodePriorityTieBreak),
-		MemoryAware:              ptr.To(in.Scoring.MemoryAware),
-		CPUOnlyLeastIdleTieBreak: ptr.To(in.Scoring.CPUOnlyLeastIdleTieBreak),
-		StrandedGPUWeightPercent: ptr.To(in.Scoring.StrandedGPUWeightPercent),
+		Resolution:                 ptr.To(in.Scoring.Resolution),
+		LeastIdleTieBreak:          ptr.To(in.Scoring.LeastIdleTieBreak),
+		NodePriorityTieBreak:       ptr.To(in.Scoring.NodePriorityTieBreak),
+		MemoryAware:                ptr.To(in.Scoring.MemoryAware),
+		CPUOnlyLeastIdleTieBreak:   ptr.To(in.Scoring.CPUOnlyLeastIdleTieBreak),
+		StrandedGPUWeightPercent:   ptr.To(in.Scoring.StrandedGPUWeightPercent),
+		ModelScarcityWeightPercent: ptr.To(in.Scoring.ModelScarcityWeightPercent),
 	}
 	w := in.TargetWorkload
 	out.TargetWorkload = &TargetWorkload{

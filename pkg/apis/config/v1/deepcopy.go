@@ -47,7 +47,8 @@ func (in *GPUScoreArgs) DeepCopyObject() runtime.Object {
 	if sc := in.Scoring; sc != nil {
 		out.Scoring = &ScoringOptions{Resolution: clonePtr(sc.Resolution), LeastIdleTieBreak: clonePtr(sc.LeastIdleTieBreak),
 			NodePriorityTieBreak: clonePtr(sc.NodePriorityTieBreak), MemoryAware: clonePtr(sc.MemoryAware),
-			CPUOnlyLeastIdleTieBreak: clonePtr(sc.CPUOnlyLeastIdleTieBreak), StrandedGPUWeightPercent: clonePtr(sc.StrandedGPUWeightPercent)}
+			CPUOnlyLeastIdleTieBreak: clonePtr(sc.CPUOnlyLeastIdleTieBreak), StrandedGPUWeightPercent: clonePtr(sc.StrandedGPUWeightPercent),
+			ModelScarcityWeightPercent: clonePtr(sc.ModelScarcityWeightPercent)}
 	}
 	if w := in.TargetWorkload; w != nil {
 		out.TargetWorkload = &TargetWorkload{Mode: clonePtr(w.Mode), CoveragePercent: clonePtr(w.CoveragePercent), HalfLifePods: clonePtr(w.HalfLifePods),

@@ -130,6 +130,9 @@ func SetDefaults_GPUScoreArgs(obj *GPUScoreArgs) {
 	if sc.StrandedGPUWeightPercent == nil {
 		sc.StrandedGPUWeightPercent = ptr.To[int32](100)
 	}
+	if sc.ModelScarcityWeightPercent == nil {
+		sc.ModelScarcityWeightPercent = ptr.To[int32](100)
+	}
 }
 
 // SetDefaults_GPUPreemptionArgs fills GPUPreemptionArgs with

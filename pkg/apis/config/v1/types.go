@@ -169,6 +169,17 @@ type ScoringOptions struct {
 	// off nodes already short of CPU for their GPUs, and a CPU-light one
 	// sent there. 0 turns it off; at most 1000. Default: 100.
 	StrandedGPUWeightPercent *int32 `json:"strandedGPUWeightPercent,omitempty"`
+	// ModelScarcityWeightPercent counts, in a GPU pod's fragmentation
+	// growth under Fragmentation, this percentage of the GPU it takes times
+	// how much more loaded the node's GPU model is than the least loaded
+	// model the pod allows. A model's load is the target workload's GPU
+	// demand on it, each task's spread over the cluster's GPUs of the
+	// models it allows, relative to the load were every task free to use
+	// any model. Pods that accept many models then keep off the models
+	// that pods restricted to few of them need. Nothing changes while no
+	// task of the target restricts its model. 0 turns it off; at most
+	// 1000. Default: 100.
+	ModelScarcityWeightPercent *int32 `json:"modelScarcityWeightPercent,omitempty"`
 }
 
 // TargetWorkload is learned from the pods seen, or given.

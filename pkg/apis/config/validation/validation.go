@@ -117,7 +117,8 @@ func ValidateGPUFitArgs(path *field.Path, args *config.GPUFitArgs) error {
 }
 
 // maxStrandedGPUWeightPercent bounds the stranded-GPU term: 10 times the
-// fragmentation growth is already far past where it stopped helping.
+// fragmentation growth is already far past where it stopped helping. The
+// model-scarcity term has the same bound.
 const maxStrandedGPUWeightPercent = 1000
 
 // ValidateGPUScoreArgs validates GPUScoreArgs.
@@ -134,6 +135,10 @@ func ValidateGPUScoreArgs(path *field.Path, args *config.GPUScoreArgs) error {
 	}
 	if p := args.Scoring.StrandedGPUWeightPercent; p < 0 || p > maxStrandedGPUWeightPercent {
 		errs = append(errs, field.Invalid(path.Child("scoring", "strandedGPUWeightPercent"), p,
+			fmt.Sprintf("must be between 0 and %d", maxStrandedGPUWeightPercent)))
+	}
+	if p := args.Scoring.ModelScarcityWeightPercent; p < 0 || p > maxStrandedGPUWeightPercent {
+		errs = append(errs, field.Invalid(path.Child("scoring", "modelScarcityWeightPercent"), p,
 			fmt.Sprintf("must be between 0 and %d", maxStrandedGPUWeightPercent)))
 	}
 	w := args.TargetWorkload
