@@ -104,9 +104,15 @@ func handleOver(b testing.TB, ctx context.Context, snapshot *cache.Snapshot) fwk
 
 // newEnvOn is newBenchEnv on a node and pods of the caller's.
 func newEnvOn(b testing.TB, policy gpu.Policy, node *v1.Node, pods []*v1.Pod) *benchEnv {
+	return newEnvWith(b, policy, node, pods, nil, benchWorkload(), nil)
+}
+
+// newEnvWith is newEnvOn with other nodes in the snapshot, a target
+// workload of the caller's, and an edit of GPUScore's args.
+func newEnvWith(b testing.TB, policy gpu.Policy, node *v1.Node, pods []*v1.Pod, others []*v1.Node, tasks []config.WorkloadTask, edit func(*config.GPUScoreArgs)) *benchEnv {
 	metrics.Register()
 	ctx := klog.NewContext(context.Background(), klog.Background())
-	snapshot := cache.NewSnapshot(pods, []*v1.Node{node})
+	snapshot := cache.NewSnapshot(pods, append([]*v1.Node{node}, others...))
 	fh := handleOver(b, ctx, snapshot)
 	// The bench node runs no agent that delivers shares: place them by
 	// accounting only, or Filter refuses the shared pod.
@@ -119,7 +125,10 @@ func newEnvOn(b testing.TB, policy gpu.Policy, node *v1.Node, pods []*v1.Pod) *b
 	args := scheme.DefaultGPUScoreArgs()
 	args.Policy = string(policy)
 	args.TargetWorkload.Mode = config.WorkloadStatic
-	args.TargetWorkload.Tasks = benchWorkload()
+	args.TargetWorkload.Tasks = tasks
+	if edit != nil {
+		edit(args)
+	}
 	scorePl, err := gpuscore.New(ctx, args, fh)
 	if err != nil {
 		b.Fatal(err)
@@ -229,6 +238,50 @@ func BenchmarkScoreOnly(b *testing.B) {
 				e.score.Score(ctx, cs, pod, e.ni)
 			}
 		})
+	}
+}
+
+// BenchmarkScoreModelScarcity is GPUScore's Score when the target restricts
+// GPU models, so that the model-scarcity term prices the node's model (a
+// fleet of G2 and T4 nodes; every third GPU task only on T4), as a ratio to
+// the same Score with the term off, in the same run.
+func BenchmarkScoreModelScarcity(b *testing.B) {
+	node, pods := benchNode()
+	var others []*v1.Node
+	for i := range 4 {
+		others = append(others, st.MakeNode().Name(fmt.Sprint("t4-", i)).Capacity(map[v1.ResourceName]string{
+			v1.ResourceCPU: "32", v1.ResourceMemory: "128Gi", gpu.ResourceNvidiaGPU: "4"}).Label(gpu.LabelGPUProduct, "T4").Obj())
+	}
+	tasks := benchWorkload()
+	for i := range tasks {
+		if tasks[i].GPUMilli > 0 && i%3 == 1 {
+			tasks[i].Models = []string{"T4"}
+		}
+	}
+	off := map[string]float64{}
+	for _, weight := range []int32{0, 100} {
+		for _, kind := range []string{"shared", "whole"} {
+			b.Run(fmt.Sprintf("weight-%d/%s", weight, kind), func(b *testing.B) {
+				e := newEnvWith(b, gpu.Fragmentation, node, pods, others, tasks, func(a *config.GPUScoreArgs) { a.Scoring.ModelScarcityWeightPercent = weight })
+				ctx := klog.NewContext(context.Background(), klog.Background())
+				pod := benchPods[kind]
+				cs := framework.NewCycleState()
+				e.pre(ctx, cs, pod)
+				e.score.Score(ctx, cs, pod, e.ni)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					e.score.Score(ctx, cs, pod, e.ni)
+				}
+				b.StopTimer()
+				ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+				if weight == 0 {
+					off[kind] = ns
+				} else if off[kind] > 0 {
+					b.ReportMetric(ns/off[kind], "x-term-off")
+				}
+			})
+		}
 	}
 }
 
