@@ -82,7 +82,10 @@ type Scoring struct {
 	// the GPU it takes times how much more loaded the node's model is than
 	// the least loaded model the pod allows (Scarcity): pods that can run
 	// on many models keep off the ones that restricted pods need. It
-	// applies from the pod's view of the fleet (ForPod) on.
+	// applies from the pod's view of the fleet (ForPod) on. The floor is
+	// not lowered to the models with room left: a framework rescoring one
+	// node of a batch compares it with scores of an earlier cycle, which
+	// must have had the same floor.
 	Scarce float64
 	// scarcity and floor are the pod's view of the fleet (ForPod).
 	scarcity *Scarcity
@@ -97,30 +100,6 @@ func (sc Scoring) ForPod(c *Scarcity, r *Request) Scoring {
 		return sc
 	}
 	sc.scarcity, sc.floor = c, c.Floor(&r.Models)
-	return sc
-}
-
-// Load is the load on the node's model in the pod's view; ok is false
-// without a view, or for a model the fleet did not have.
-func (sc Scoring) Load(s *NodeState) (float64, bool) {
-	if sc.scarcity == nil {
-		return 0, false
-	}
-	return sc.scarcity.Of(s.Model)
-}
-
-// Floor is the load the pod pays nothing for.
-func (sc Scoring) Floor() float64 { return sc.floor }
-
-// RaiseFloor makes f the load the pod pays nothing for, if above the least
-// load among the models it allows: the least loaded model among the nodes
-// that can take it now. A model it has no node of any more must not
-// price the ones it has, or every node would pay, the term would push them
-// all to FGD's lowest bucket, and the node order would decide among them.
-func (sc Scoring) RaiseFloor(f float64) Scoring {
-	if sc.scarcity != nil && f > sc.floor && !math.IsInf(f, 1) {
-		sc.floor = f
-	}
 	return sc
 }
 

@@ -211,46 +211,6 @@ func TestScarceKeepsTheDevice(t *testing.T) {
 	}
 }
 
-// The floor rises to the least loaded model that can still take the pod:
-// with A full, B and C compete on fragmentation again, not on the load B
-// and C both carry above A's.
-func TestRaiseFloor(t *testing.T) {
-	f := fleetOf(modelNode("a", "A", 8, 0), modelNode("b", "B", 2, 0), modelNode("c", "C", 2, 0))
-	wl, _ := NewWorkload([]Task{
-		{CPU: 1000, Milli: 1000, Count: 1, Weight: 2},
-		{CPU: 1000, Milli: 1000, Count: 1, Weight: 1, Models: only("B", "C")},
-	})
-	pod := Request{Count: 1, CPU: 1000}
-	sc := DefaultScoring.ForPod(wl.Scarcity(f), &pod)
-	la, _ := sc.Load(modelNode("x", "A", 1, 0))
-	lb, _ := sc.Load(modelNode("x", "B", 1, 0))
-	lc, _ := sc.Load(modelNode("x", "C", 1, 0))
-	if sc.Floor() != la || lb != lc || lb <= la {
-		t.Fatalf("loads A %v, B %v, C %v, floor %v", la, lb, lc, sc.Floor())
-	}
-	// B holds one free GPU of two, C two: FGD prefers filling B.
-	b, c := modelNode("node-b", "B", 2, 64000), modelNode("node-c", "C", 2, 64000)
-	b.Free[1] = 0
-	raised := sc.RaiseFloor(lb)
-	if raised.Floor() != lb || raised.scarceCost(b, MilliPerGPU) != 0 {
-		t.Errorf("raised floor %v, cost on B %v", raised.Floor(), raised.scarceCost(b, MilliPerGPU))
-	}
-	if sc.RaiseFloor(la/2).Floor() != la || sc.RaiseFloor(math.Inf(1)).Floor() != la {
-		t.Error("the floor went below the least load the pod allows, or to +Inf")
-	}
-	if DefaultScoring.RaiseFloor(5).Floor() != 0 {
-		t.Error("a floor without a view")
-	}
-	_, rb, _ := raised.Evaluate(b, &pod, wl)
-	_, rc, _ := raised.Evaluate(c, &pod, wl)
-	off := DefaultScoring
-	_, ob, _ := off.Evaluate(b, &pod, wl)
-	_, oc, _ := off.Evaluate(c, &pod, wl)
-	if rb != ob || rc != oc {
-		t.Errorf("with the floor raised to B's load the scores move: B %d/%d, C %d/%d", rb, ob, rc, oc)
-	}
-}
-
 // Under exact resolution a huge term must not wrap the score around: the
 // most loaded model ranks last, not first.
 func TestScarceExactNoOverflow(t *testing.T) {

@@ -6,7 +6,6 @@ package gpuscore
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -175,8 +174,10 @@ func (pl *GPUScore) PreScore(_ context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	}
 	s := &preScoreState{req: *req, wl: pl.shared.Workload(), sc: pl.scoring}
 	if pl.scoring.Scarce != 0 && s.req.HasGPU() && s.wl != nil && s.wl.RestrictsModels() {
+		// The floor is the pod's and the fleet's, not the cycle's nodes':
+		// opportunistic batching scores one node again against the raw
+		// scores of a cycle before, which must share it.
 		s.sc = pl.scoring.ForPod(s.wl.Scarcity(pl.fleetOf()), &s.req)
-		s.sc = s.sc.RaiseFloor(pl.floorAmong(s.sc, nodes))
 	}
 	if !s.req.HasGPU() && len(nodes) > 1 {
 		s.nodes = nodes
@@ -216,22 +217,6 @@ func (pl *GPUScore) fleetOf() *gpu.Fleet {
 	v := &fleetView{f: b.Fleet(pf), nodes: len(infos), at: time.Now()}
 	pl.fleet.Store(v)
 	return v.f
-}
-
-// floorAmong is the least load among the models of the nodes that can take
-// the pod (+Inf without a view); it stops at the least the pod allows.
-func (pl *GPUScore) floorAmong(sc gpu.Scoring, nodes []fwk.NodeInfo) float64 {
-	lo := math.Inf(1)
-	for _, ni := range nodes {
-		pi, ok := sc.Load(pl.shared.State(ni))
-		if !ok {
-			return sc.Floor() // a model the count missed pays nothing
-		}
-		if lo = min(lo, pi); lo <= sc.Floor() {
-			break
-		}
-	}
-	return lo
 }
 
 // cpuOnlyState is the node's device state from the cycle's lookups, nil

@@ -408,12 +408,13 @@ func TestModelScarcity(t *testing.T) {
 	}
 }
 
-// When the least loaded model has no room, the pod pays nothing for the
-// least loaded model that has: at the largest weight, B and C would both
-// fall to the lowest bucket and the node order would decide. Here the
-// fragmentation does: the half-used B node, whichever name it has (taking
-// a GPU of C breaks the pair the 2-GPU tasks need).
-func TestModelScarcityFloorAmongFeasible(t *testing.T) {
+// A node's score does not depend on which other nodes the cycle scores:
+// opportunistic batching runs PreScore over a cycle's cached candidates
+// and one node to score again, and ranks that score against the cached
+// ones. The pod's floor is the load of the least loaded model it allows
+// (A), whichever nodes PreScore sees: with or without the A node that has
+// room, and once the A nodes are full.
+func TestModelScarcityScoreIndependentOfTheCycle(t *testing.T) {
 	tasks := []config.WorkloadTask{{CPUMilli: 1000, GPUMilli: 1000, GPUCount: 1, Weight: 2},
 		{CPUMilli: 1000, GPUMilli: 1000, GPUCount: 2, Models: []string{"B", "C"}, Weight: 1}}
 	node := func(name, model, gpus string) *v1.Node {
@@ -421,20 +422,51 @@ func TestModelScarcityFloorAmongFeasible(t *testing.T) {
 		n.Labels = map[string]string{gpu.LabelGPUProduct: model}
 		return n
 	}
-	for _, names := range [][2]string{{"node-1", "node-2"}, {"node-2", "node-1"}} {
-		nodes := []*v1.Node{node("full", "A", "8"), node(names[0], "B", "2"), node(names[1], "C", "2")}
-		pods := []*v1.Pod{bound("x", "full", "full:0=1000,1=1000,2=1000,3=1000,4=1000,5=1000,6=1000,7=1000"),
-			bound("y", names[0], names[0]+":0=1000")}
-		args := staticArgs(gpu.Fragmentation, tasks...)
-		args.Scoring.ModelScarcityWeightPercent = 1000
-		tCtx := ktesting.Init(t)
-		fh, cluster := newProfile(t, args, nodes, pods)
-		res := offline.Schedule(tCtx, fh, cluster, whole("p", "1"))
-		if res.Err != nil {
-			t.Fatal(res.Err)
+	nodes := []*v1.Node{node("full", "A", "8"), node("a", "A", "2"), node("b", "B", "2"), node("c", "C", "2")}
+	pods := []*v1.Pod{bound("x", "full", "full:0=1000,1=1000,2=1000,3=1000,4=1000,5=1000,6=1000,7=1000"),
+		bound("y", "b", "b:0=1000")}
+	args := staticArgs(gpu.Fragmentation, tasks...)
+	tCtx := ktesting.Init(t)
+	fh, cluster := newProfile(t, args, nodes, pods)
+	pl, err := New(tCtx, args, fh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := pl.(fwk.ScorePlugin)
+	pod := whole("p", "1")
+	var feasible []fwk.NodeInfo
+	for _, ni := range cluster.Nodes() {
+		if ni.Node().Name != "full" {
+			feasible = append(feasible, ni)
 		}
-		if res.Node != names[0] {
-			t.Errorf("B is %s: the pod went to %s, want the half-used B node: %v", names[0], res.Node, res.Scores)
+	}
+	score := func(cycle []fwk.NodeInfo, ni fwk.NodeInfo) int64 {
+		cs := framework.NewCycleState()
+		if s := pl.(fwk.PreScorePlugin).PreScore(tCtx, cs, pod, cycle); !s.IsSuccess() {
+			t.Fatal(s)
+		}
+		v, s := sp.Score(tCtx, cs, pod, ni)
+		if !s.IsSuccess() {
+			t.Fatal(s)
+		}
+		return v
+	}
+	for _, ni := range feasible {
+		if ni.Node().Name == "a" {
+			continue
+		}
+		all, alone := score(feasible, ni), score([]fwk.NodeInfo{ni}, ni)
+		if all != alone {
+			t.Errorf("%s: %d scored with every feasible node, %d alone", ni.Node().Name, all, alone)
+		}
+		off := staticArgs(gpu.Fragmentation, tasks...)
+		off.Scoring.ModelScarcityWeightPercent = 0
+		plOff, _ := New(tCtx, off, fh)
+		cs := framework.NewCycleState()
+		plOff.(fwk.PreScorePlugin).PreScore(tCtx, cs, pod, feasible)
+		base, _ := plOff.(fwk.ScorePlugin).Score(tCtx, cs, pod, ni)
+		if all >= base {
+			t.Errorf("%s: a model more loaded than A costs nothing (%d with the term, %d without)", ni.Node().Name, all, base)
 		}
 	}
 }
