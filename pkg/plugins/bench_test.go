@@ -226,19 +226,25 @@ func BenchmarkFilterScore(b *testing.B) {
 func BenchmarkScoreOnly(b *testing.B) {
 	for _, kind := range []string{"shared", "whole", "cpu"} {
 		b.Run(string(gpu.Fragmentation)+"/"+kind, func(b *testing.B) {
-			e := newBenchEnv(b, gpu.Fragmentation)
-			ctx := klog.NewContext(context.Background(), klog.Background())
-			pod := benchPods[kind]
-			cs := framework.NewCycleState()
-			e.pre(ctx, cs, pod)
-			e.score.Score(ctx, cs, pod, e.ni)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				e.score.Score(ctx, cs, pod, e.ni)
-			}
+			timeScore(b, newBenchEnv(b, gpu.Fragmentation), benchPods[kind])
 		})
 	}
+}
+
+// timeScore runs GPUScore's Score on the env's node b.N times in one warm
+// cycle and returns the time per call.
+func timeScore(b *testing.B, e *benchEnv, pod *v1.Pod) float64 {
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	cs := framework.NewCycleState()
+	e.pre(ctx, cs, pod)
+	e.score.Score(ctx, cs, pod, e.ni)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		e.score.Score(ctx, cs, pod, e.ni)
+	}
+	b.StopTimer()
+	return float64(b.Elapsed().Nanoseconds()) / float64(b.N)
 }
 
 // BenchmarkScoreModelScarcity is GPUScore's Score when the target restricts
@@ -263,18 +269,7 @@ func BenchmarkScoreModelScarcity(b *testing.B) {
 		for _, kind := range []string{"shared", "whole"} {
 			b.Run(fmt.Sprintf("weight-%d/%s", weight, kind), func(b *testing.B) {
 				e := newEnvWith(b, gpu.Fragmentation, node, pods, others, tasks, func(a *config.GPUScoreArgs) { a.Scoring.ModelScarcityWeightPercent = weight })
-				ctx := klog.NewContext(context.Background(), klog.Background())
-				pod := benchPods[kind]
-				cs := framework.NewCycleState()
-				e.pre(ctx, cs, pod)
-				e.score.Score(ctx, cs, pod, e.ni)
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					e.score.Score(ctx, cs, pod, e.ni)
-				}
-				b.StopTimer()
-				ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+				ns := timeScore(b, e, benchPods[kind])
 				if weight == 0 {
 					off[kind] = ns
 				} else if off[kind] > 0 {
