@@ -3,6 +3,7 @@ package gpu
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -22,6 +23,13 @@ type ExportedWorkload struct {
 	// no longer holds the lease is a former leader's.
 	Holder string         `json:"holder,omitempty"`
 	Tasks  []ExportedTask `json:"tasks"`
+	// Pods is the weight of the pods the tasks stand for, and SeenPods of
+	// every pod the learner counts, in pods as the next one weighs (old
+	// ones decay): how far one more pod moves the target. GroupedCPU: the
+	// learner groups kinds by CPU. Absent from a static workload's export.
+	Pods       float64 `json:"pods,omitempty"`
+	SeenPods   float64 `json:"seenPods,omitempty"`
+	GroupedCPU bool    `json:"groupedCPU,omitempty"`
 }
 
 // ExportedTask is one typical pod of an exported workload.
@@ -40,7 +48,8 @@ type ExportedTask struct {
 
 // Export is the workload as published.
 func (w *Workload) Export(at time.Time) ExportedWorkload {
-	out := ExportedWorkload{At: at.UTC().Truncate(time.Second), Tasks: make([]ExportedTask, 0, len(w.tasks))}
+	out := ExportedWorkload{At: at.UTC().Truncate(time.Second), Tasks: make([]ExportedTask, 0, len(w.tasks)),
+		Pods: w.learnt.pods, SeenPods: w.learnt.seen, GroupedCPU: w.learnt.grouped}
 	for _, t := range w.tasks {
 		out.Tasks = append(out.Tasks, ExportedTask{CPUMilli: t.CPU, MemoryMiB: t.Memory, GPUMilli: t.Milli, GPUCount: t.Count,
 			Models: slices.Clone(t.Models.Exact), ModelsInclude: slices.Clone(t.Models.Include), ModelsExclude: slices.Clone(t.Models.Exclude),
@@ -72,6 +81,14 @@ func ExportedWorkloads(annotation string) (map[string]ExportedWorkload, error) {
 		return nil, fmt.Errorf("%s: %w", AnnotationTargetWorkload, err)
 	}
 	return out, nil
+}
+
+// SameLearning reports whether two exports hold the same tasks, learned
+// from nearly as many pods (within a tenth): one more pod then moves the
+// target nearly as far.
+func (e ExportedWorkload) SameLearning(o ExportedWorkload) bool {
+	return e.SameTasks(o) && e.GroupedCPU == o.GroupedCPU && math.Abs(e.SeenPods-o.SeenPods) <= o.SeenPods/10 &&
+		math.Abs(e.Pods-o.Pods) <= o.Pods/10
 }
 
 // SameTasks reports whether two exports hold the same tasks.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
@@ -1035,4 +1036,110 @@ func TestPodListedTwiceHoldsOnce(t *testing.T) {
 	if st := tr.Compute(n, []*v1.Pod{p, p}, 0, 0, "", false); st.Free[0] != MilliPerGPU || st.Free[1] != 0 {
 		t.Errorf("nominee listed twice: free %v", st.Free[:2])
 	}
+}
+
+// A learner that resumes from another's export goes on as that one does:
+// the same pods after give the same target, exact or grouped by CPU, with
+// decay, and past a coverage cut (while the tail stays the tail); an export that does not say how
+// many pods it weighs is refused.
+func TestLearnerResume(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	// Two kinds weigh three quarters; a thin tail of kinds the rest.
+	tailed := func() Request {
+		switch x := rng.Float64(); {
+		case x < 0.5:
+			return Request{Milli: 500, CPU: 1000}
+		case x < 0.75:
+			return Request{Count: 1, CPU: 4000}
+		default:
+			return Request{Milli: int32(100 * (1 + rng.Intn(9))), CPU: int64(1001 + rng.Intn(3))}
+		}
+	}
+	mixed := func() Request {
+		switch rng.Intn(4) {
+		case 0:
+			return Request{Count: int32(1 + rng.Intn(2)), CPU: 4000}
+		case 1:
+			return Request{Count: 1, CPU: 2000, Models: ModelSelector{Exact: []string{"L4"}}}
+		default:
+			return Request{Milli: int32(100 * (1 + rng.Intn(9))), CPU: int64(1000 + 10*rng.Intn(3)), MemoryMiB: int64(rng.Intn(4096))}
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		coverage float64
+		halfLife int
+		grouped  bool
+		draw     func() Request
+	}{{"exact", 1, 0, false, mixed}, {"decaying", 1, 50, false, mixed}, {"grouped", 1, 50, true, mixed},
+		// The kinds past coverage are not published; their weight is,
+		// and keeps the cut after the second kind.
+		{"a tail", 0.6, 50, false, tailed}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := NewLearner(tc.coverage, tc.halfLife)
+			if tc.grouped {
+				a.BucketCPU()
+			}
+			for i := 0; i < 200; i++ {
+				r := tc.draw()
+				a.Observe(fmt.Sprint("p", i), &r)
+			}
+			e := a.Workload().Export(time.Now())
+			if e.GroupedCPU != tc.grouped || e.Pods <= 0 || e.SeenPods < e.Pods {
+				t.Fatalf("export %+v", e)
+			}
+			b := NewLearner(tc.coverage, tc.halfLife)
+			if err := b.Resume(e); err != nil {
+				t.Fatal(err)
+			}
+			for i := 200; i < 260; i++ {
+				r := tc.draw()
+				a.Observe(fmt.Sprint("p", i), &r)
+				b.Observe(fmt.Sprint("p", i), &r)
+				// In one order: tasks that weigh the same may come in
+				// either.
+				ta, tb := slices.Clone(a.Workload().Tasks()), slices.Clone(b.Workload().Tasks())
+				for _, ts := range [][]Task{ta, tb} {
+					slices.SortFunc(ts, func(x, y Task) int {
+						return cmpTasks(x, y)
+					})
+				}
+				if len(ta) != len(tb) {
+					t.Fatalf("after pod %d: %d tasks, want %d", i, len(tb), len(ta))
+				}
+				for j := range ta {
+					x, y := ta[j], tb[j]
+					// A group's CPU is its members' mean, which the
+					// export rounds up: within 2 millicores.
+					if abs(float64(x.CPU-y.CPU)) > 2 || (!tc.grouped && x.CPU != y.CPU) || x.Milli != y.Milli || x.Count != y.Count || x.Models.String() != y.Models.String() ||
+						abs(x.Weight-y.Weight) > 1e-9 || abs(float64(x.Memory-y.Memory)) > 1 {
+						t.Fatalf("after pod %d, task %d: %+v, want %+v", i, j, y, x)
+					}
+				}
+			}
+		})
+	}
+	e := NewLearner(1, 0)
+	r := Request{Count: 1, CPU: 1000}
+	e.Observe("x", &r)
+	old := e.Workload().Export(time.Now())
+	old.Pods, old.SeenPods = 0, 0 // as a scheduler before the count was published
+	if err := NewLearner(1, 0).Resume(old); err == nil {
+		t.Error("an export without its pods' weight resumed")
+	}
+}
+
+// cmpTasks orders tasks by kind, for comparing two workloads' tasks.
+func cmpTasks(x, y Task) int {
+	k := func(t Task) taskKey {
+		return taskKey{cpu: cpuBucket(t.CPU), milli: t.Milli, count: t.Count, models: t.Models.String()}
+	}
+	kx, ky := k(x), k(y)
+	switch {
+	case keyLess(kx, ky):
+		return -1
+	case keyLess(ky, kx):
+		return 1
+	}
+	return int(x.CPU - y.CPU)
 }

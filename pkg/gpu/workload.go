@@ -70,6 +70,18 @@ type Workload struct {
 	scarce scarcitySlot
 	// restricted: a GPU task restricts its model.
 	restricted bool
+	// learnt is what a Learner built it from; zero for other workloads.
+	learnt learntFrom
+}
+
+// learntFrom is the weight behind a learned workload, in pods as the next
+// one weighs, so that a copy of the learner can go on from it (Resume).
+type learntFrom struct {
+	// pods is the weight of the pods its tasks stand for, seen of every
+	// pod counted (the tail past coverage too).
+	pods, seen float64
+	// grouped: kinds were keyed by cpuBucket.
+	grouped bool
 }
 
 // NewWorkload normalises the weights and orders the tasks for Frag.
@@ -507,8 +519,51 @@ func (l *Learner) rebuild() {
 		}
 	}
 	if wl, err := NewWorkload(tasks); err == nil {
+		var pods float64
+		for _, t := range tasks {
+			pods += t.Weight
+		}
+		wl.learnt = learntFrom{pods: min(pods, l.total) / l.scale, seen: l.total / l.scale, grouped: l.bucketed}
 		l.current.Store(wl)
 	}
+}
+
+// Resume makes the learner go on from a target another learner published
+// (kubectl gpu whatif: the scheduler's, which then learns from each pod it
+// places, as the scheduler will). The published tasks stand for the weight
+// it says; pods the learner counted before are dropped, those it saw stay
+// seen. The kinds past the published coverage are not known: their weight
+// stays in the total, as the publisher's did.
+func (l *Learner) Resume(e ExportedWorkload) error {
+	if !(e.Pods > 0) || math.IsInf(e.Pods, 0) {
+		return fmt.Errorf("the target was published without the weight of its pods (by a scheduler from before it was published)")
+	}
+	seen := max(e.SeenPods, e.Pods)
+	wl, err := e.Workload()
+	if err != nil {
+		return err
+	}
+	wl.learnt = learntFrom{pods: e.Pods, seen: seen, grouped: e.GroupedCPU}
+	counts := make(map[taskKey]*learned, len(wl.tasks))
+	for _, t := range wl.tasks {
+		k := taskKey{cpu: t.CPU, milli: t.Milli, count: t.Count, models: t.Models.String()}
+		if e.GroupedCPU {
+			k.cpu = cpuBucket(t.CPU)
+		}
+		w := t.Weight * e.Pods
+		c := counts[k]
+		if c == nil {
+			c = &learned{task: t}
+			counts[k] = c
+		}
+		c.add(w, t.CPU, t.Memory)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.counts, l.bucketed = counts, e.GroupedCPU
+	l.scale, l.total, l.pending = 1, seen, 0
+	l.current.Store(wl)
+	return nil
 }
 
 // topTasks keeps the leading tasks until they cover the given share, or

@@ -228,15 +228,26 @@ func (o *Options) view(ctx context.Context, policy string) (*view, error) {
 	if publishTo != "" {
 		// The target as the scheduler holds it, which remembers deleted
 		// pods; without it, what its profile learns from the pods here.
-		wl, by, err := o.published(ctx, publishTo)
+		e, by, err := o.published(ctx, publishTo)
+		var resumed bool
+		if err == nil && e != nil {
+			if resumed, err = d.ResumeWorkload(*e); err != nil {
+				err = fmt.Errorf("lease %s, profile %s: %w", publishTo, o.SchedulerName, err)
+			}
+		}
 		switch {
 		case err != nil:
 			v.targetNote = fmt.Sprintf("the scheduler's learned target could not be read (%v): approximated from the pods that exist now", err)
-		case wl == nil:
+		case e == nil:
 			v.targetNote = "the scheduler has not published its learned target on lease " + publishTo + " yet: approximated from the pods that exist now"
 		default:
-			d.PinWorkload(wl)
 			v.published = "the scheduler's own, published on lease " + publishTo + " " + by
+			if !resumed {
+				// A scheduler from before the export said how many pods
+				// it weighs.
+				v.targetNote = "the scheduler's published target does not say how many pods it weighs: whatif keeps it as published, " +
+					"where the scheduler goes on learning from each pod"
+			}
 		}
 	}
 	for _, pc := range prof.PluginConfig {
@@ -346,7 +357,7 @@ func (o *Options) PrintWhatIf(r *WhatIfReport) error {
 // it has not yet. by says when, and by whom: a former leader's (its
 // successor has not learned a pod since it took over) is still the best
 // guess, and said to be one.
-func (o *Options) published(ctx context.Context, lease string) (*gpu.Workload, string, error) {
+func (o *Options) published(ctx context.Context, lease string) (*gpu.ExportedWorkload, string, error) {
 	ns, name, _ := strings.Cut(lease, "/")
 	l, err := o.Client.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -363,13 +374,9 @@ func (o *Options) published(ctx context.Context, lease string) (*gpu.Workload, s
 	if !ok {
 		return nil, "", nil
 	}
-	wl, err := e.Workload()
-	if err != nil {
-		return nil, "", fmt.Errorf("lease %s, profile %s: %w", lease, o.SchedulerName, err)
-	}
 	by := "at " + e.At.Format(time.RFC3339)
 	if holder := ptr.Deref(l.Spec.HolderIdentity, ""); e.Holder != "" && e.Holder != holder {
 		by += " by a former leader (" + e.Holder + "; the current one has not published yet)"
 	}
-	return wl, by, nil
+	return &e, by, nil
 }

@@ -132,6 +132,13 @@ func (d *Deployed) Tracker() *gpu.Tracker { return gpufit.TrackerOf(d.fw) }
 // from the pods seen (the scheduler's own, as it published it).
 func (d *Deployed) PinWorkload(wl *gpu.Workload) { gpufit.PinWorkload(d.fw, wl) }
 
+// ResumeWorkload goes on learning from the target the scheduler published,
+// from each pod placed after, as the scheduler will; where it cannot (see
+// gpufit.ResumeWorkload), it pins the target as published.
+func (d *Deployed) ResumeWorkload(e gpu.ExportedWorkload) (bool, error) {
+	return gpufit.ResumeWorkload(d.fw, e)
+}
+
 // noPublishing: a simulation publishes no target on any lease.
 func noPublishing(prof *config.KubeSchedulerProfile) {
 	for _, pc := range prof.PluginConfig {

@@ -58,8 +58,10 @@ func TestWhatIfMatchesScheduling(t *testing.T) {
 		s.WaitBound(bindTimeout, spec.Name)
 	}
 	// Its leader (it runs without leader election: itself) publishes the
-	// target it learned on the lease its configuration names, and whatif
-	// reads it there.
+	// target it learned on the lease its configuration names, with the
+	// weight of the pods behind it; whatif reads it there and goes on
+	// learning from each pod it places, as the scheduler does (the l4 pod
+	// among them, restricted to a model, moves where later shares go).
 	err = wait.PollUntilContextTimeout(s.Ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 		l, err := cluster.Client.CoordinationV1().Leases("kube-system").Get(ctx, "gpu-scheduler", metav1.GetOptions{})
 		if err != nil {
@@ -69,8 +71,9 @@ func TestWhatIfMatchesScheduling(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		_, ok := all[profile]
-		return ok, nil
+		// Both pods learned: whatif goes on from there.
+		e, ok := all[profile]
+		return ok && e.SeenPods > 1.5, nil
 	})
 	if err != nil {
 		t.Fatalf("the learned target of %s is not published on kube-system/gpu-scheduler: %v", profile, err)

@@ -437,6 +437,24 @@ func PinWorkload(h fwk.Handle, wl *gpu.Workload) {
 	s.SetScoring(s.Scoring(), nil, wl)
 }
 
+// ResumeWorkload has h's profile go on learning from a target another
+// learner published (kubectl gpu: the scheduler's), as the scheduler goes
+// on learning from the pods it sees. Where the profile does not learn, or
+// the export does not say how many pods it weighs, the target is pinned
+// as published (resumed false).
+func ResumeWorkload(h fwk.Handle, e gpu.ExportedWorkload) (resumed bool, err error) {
+	s := shared.For(h)
+	if l := s.Learner(); l != nil && e.Pods > 0 {
+		return true, l.Resume(e)
+	}
+	wl, err := e.Workload()
+	if err != nil {
+		return false, err
+	}
+	PinWorkload(h, wl)
+	return false, nil
+}
+
 // Shared exposes the profile's GPU state to the requeue reconciler.
 func (pl *GPUFit) Shared() *shared.Shared { return pl.shared }
 

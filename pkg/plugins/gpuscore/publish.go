@@ -84,7 +84,7 @@ func (p *publisher) publish(ctx context.Context, now time.Time) error {
 			return nil
 		}
 		exported.Holder = holder
-		if old, ok := all[p.profile]; ok && old.Holder == holder && old.SameTasks(exported) {
+		if old, ok := all[p.profile]; ok && old.Holder == holder && old.SameLearning(exported) {
 			p.last = wl // a rebuild that changed nothing
 			return nil
 		}

@@ -2,6 +2,7 @@ package gpuscore
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -85,11 +86,40 @@ func TestPublishLearnedTarget(t *testing.T) {
 	if err := p.publish(ctx, now.Add(2*time.Minute)); err != nil || updates != 2 {
 		t.Errorf("the same tasks written again: %v, %d updates", err, updates)
 	}
+	// The same tasks learned from many more pods: written, since one more
+	// pod then moves the target less (whatif goes on learning from it).
+	learner := gpu.NewLearner(1, 0)
+	for i := 0; i < 10; i++ {
+		learner.Observe(fmt.Sprint("a", i), &gpu.Request{Milli: 500, CPU: 1000})
+	}
+	current = learner.Workload()
+	if err := p.publish(ctx, now.Add(150*time.Second)); err != nil || updates != 3 {
+		t.Fatalf("a learned target not written: %v, %d updates", err, updates)
+	}
+	for i := 10; i < 11; i++ { // a tenth more: not yet
+		learner.Observe(fmt.Sprint("a", i), &gpu.Request{Milli: 500, CPU: 1000})
+	}
+	current = learner.Workload()
+	if err := p.publish(ctx, now.Add(160*time.Second)); err != nil || updates != 3 {
+		t.Errorf("a tenth more pods written again: %v, %d updates", err, updates)
+	}
+	for i := 11; i < 13; i++ {
+		learner.Observe(fmt.Sprint("a", i), &gpu.Request{Milli: 500, CPU: 1000})
+	}
+	current = learner.Workload()
+	if err := p.publish(ctx, now.Add(170*time.Second)); err != nil || updates != 4 {
+		t.Errorf("13 pods against 10 not written: %v, %d updates", err, updates)
+	}
+	got, _ = client.CoordinationV1().Leases("kube-system").Get(ctx, "gpu-scheduler", metav1.GetOptions{})
+	if e := all0(got)["gpu-scheduler"]; e.SeenPods != 13 || e.Pods != 13 {
+		t.Errorf("published %v and %v pods, want 13", e.Pods, e.SeenPods)
+	}
 	// A process of the same profile without leader election does not
 	// overwrite the elected leader's entry.
 	other, _ := gpu.NewWorkload([]gpu.Task{{CPU: 500, Milli: 100, Count: 1, Weight: 1}})
 	q := newPublisher(client, "kube-system/gpu-scheduler", "gpu-scheduler", false, func() bool { return true }, func() *gpu.Workload { return other })
-	if err := q.publish(ctx, now); err != nil || updates != 2 {
+	before := updates
+	if err := q.publish(ctx, now); err != nil || updates != before {
 		t.Errorf("an unelected process overwrote the leader's entry: %v, %d updates", err, updates)
 	}
 	// A new leader with the same tasks writes its name.
@@ -112,6 +142,11 @@ func TestPublishLearnedTarget(t *testing.T) {
 	if err := p.publish(ctx, now); err != nil || updates != 0 {
 		t.Errorf("without the lease: %v, %d updates", err, updates)
 	}
+}
+
+func all0(l *coordinationv1.Lease) map[string]gpu.ExportedWorkload {
+	all, _ := gpu.ExportedWorkloads(l.Annotations[gpu.AnnotationTargetWorkload])
+	return all
 }
 
 func apierrorsConflict() error {

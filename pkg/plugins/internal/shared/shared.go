@@ -329,6 +329,9 @@ func (s *Shared) Workload() *gpu.Workload {
 	return nil
 }
 
+// Learner is the profile's learner, nil for a static workload.
+func (s *Shared) Learner() *gpu.Learner { return s.scoring.Load().learner }
+
 // Observe feeds a pod to the learned workload, once per pod.
 func (s *Shared) Observe(uid types.UID, r *gpu.Request) {
 	if l := s.scoring.Load().learner; l != nil {
