@@ -26,10 +26,14 @@ type ExportedWorkload struct {
 	// Pods is the weight of the pods the tasks stand for, and SeenPods of
 	// every pod the learner counts, in pods as the next one weighs (old
 	// ones decay): how far one more pod moves the target. GroupedCPU: the
-	// learner groups kinds by CPU. Absent from a static workload's export.
-	Pods       float64 `json:"pods,omitempty"`
-	SeenPods   float64 `json:"seenPods,omitempty"`
-	GroupedCPU bool    `json:"groupedCPU,omitempty"`
+	// learner groups kinds by CPU. Tail is the heaviest kinds past the
+	// coverage cut (their weights in the tasks' unit, a share of Pods).
+	// A reader goes on learning from them (Learner.Resume); absent, it
+	// can only keep the tasks as they are.
+	Pods       float64        `json:"pods,omitempty"`
+	SeenPods   float64        `json:"seenPods,omitempty"`
+	GroupedCPU bool           `json:"groupedCPU,omitempty"`
+	Tail       []ExportedTask `json:"tail,omitempty"`
 }
 
 // ExportedTask is one typical pod of an exported workload.
@@ -46,16 +50,25 @@ type ExportedTask struct {
 	Weight        float64  `json:"weight"`
 }
 
-// Export is the workload as published.
+// Export is the workload as published: its tasks (Learner.Export adds
+// what a reader needs to go on learning).
 func (w *Workload) Export(at time.Time) ExportedWorkload {
-	out := ExportedWorkload{At: at.UTC().Truncate(time.Second), Tasks: make([]ExportedTask, 0, len(w.tasks)),
-		Pods: w.learnt.pods, SeenPods: w.learnt.seen, GroupedCPU: w.learnt.grouped}
+	out := ExportedWorkload{At: at.UTC().Truncate(time.Second), Tasks: make([]ExportedTask, 0, len(w.tasks))}
 	for _, t := range w.tasks {
-		out.Tasks = append(out.Tasks, ExportedTask{CPUMilli: t.CPU, MemoryMiB: t.Memory, GPUMilli: t.Milli, GPUCount: t.Count,
-			Models: slices.Clone(t.Models.Exact), ModelsInclude: slices.Clone(t.Models.Include), ModelsExclude: slices.Clone(t.Models.Exclude),
-			Weight: t.Weight})
+		out.Tasks = append(out.Tasks, exportTask(t))
 	}
 	return out
+}
+
+func exportTask(t Task) ExportedTask {
+	return ExportedTask{CPUMilli: t.CPU, MemoryMiB: t.Memory, GPUMilli: t.Milli, GPUCount: t.Count,
+		Models: slices.Clone(t.Models.Exact), ModelsInclude: slices.Clone(t.Models.Include), ModelsExclude: slices.Clone(t.Models.Exclude),
+		Weight: t.Weight}
+}
+
+func importTask(t ExportedTask) Task {
+	return Task{CPU: t.CPUMilli, Memory: t.MemoryMiB, Milli: t.GPUMilli, Count: t.GPUCount,
+		Models: ModelSelector{Exact: t.Models, Include: t.ModelsInclude, Exclude: t.ModelsExclude}, Weight: t.Weight}
 }
 
 // Workload is the exported workload as a workload again.
@@ -65,8 +78,7 @@ func (e ExportedWorkload) Workload() (*Workload, error) {
 	}
 	tasks := make([]Task, 0, len(e.Tasks))
 	for _, t := range e.Tasks {
-		tasks = append(tasks, Task{CPU: t.CPUMilli, Memory: t.MemoryMiB, Milli: t.GPUMilli, Count: t.GPUCount,
-			Models: ModelSelector{Exact: t.Models, Include: t.ModelsInclude, Exclude: t.ModelsExclude}, Weight: t.Weight})
+		tasks = append(tasks, importTask(t))
 	}
 	return NewWorkload(tasks)
 }

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -1040,10 +1041,11 @@ func TestPodListedTwiceHoldsOnce(t *testing.T) {
 
 // A learner that resumes from another's export goes on as that one does:
 // the same pods after give the same target, exact or grouped by CPU, with
-// decay, and past a coverage cut (while the tail stays the tail); an export that does not say how
-// many pods it weighs is refused.
+// decay, with kinds near the coverage cut (the export's tail), from any
+// number of pods before (not only where the exporter last rebuilt), after
+// the lease's JSON. Exports without a usable weight are refused.
 func TestLearnerResume(t *testing.T) {
-	rng := rand.New(rand.NewSource(1))
+	var rng *rand.Rand
 	// Two kinds weigh three quarters; a thin tail of kinds the rest.
 	tailed := func() Request {
 		switch x := rng.Float64(); {
@@ -1055,14 +1057,15 @@ func TestLearnerResume(t *testing.T) {
 			return Request{Milli: int32(100 * (1 + rng.Intn(9))), CPU: int64(1001 + rng.Intn(3))}
 		}
 	}
+	// About 30 kinds of nearly even weight.
 	mixed := func() Request {
 		switch rng.Intn(4) {
 		case 0:
-			return Request{Count: int32(1 + rng.Intn(2)), CPU: 4000}
+			return Request{Count: int32(1 + rng.Intn(2)), CPU: 4000, Memory: 8192}
 		case 1:
 			return Request{Count: 1, CPU: 2000, Models: ModelSelector{Exact: []string{"L4"}}}
 		default:
-			return Request{Milli: int32(100 * (1 + rng.Intn(9))), CPU: int64(1000 + 10*rng.Intn(3)), MemoryMiB: int64(rng.Intn(4096))}
+			return Request{Milli: int32(100 * (1 + rng.Intn(9))), CPU: int64(1000 + 10*rng.Intn(3)), Memory: int64(rng.Intn(4096))}
 		}
 	}
 	for _, tc := range []struct {
@@ -1072,60 +1075,85 @@ func TestLearnerResume(t *testing.T) {
 		grouped  bool
 		draw     func() Request
 	}{{"exact", 1, 0, false, mixed}, {"decaying", 1, 50, false, mixed}, {"grouped", 1, 50, true, mixed},
-		// The kinds past coverage are not published; their weight is,
-		// and keeps the cut after the second kind.
-		{"a tail", 0.6, 50, false, tailed}} {
-		t.Run(tc.name, func(t *testing.T) {
-			a := NewLearner(tc.coverage, tc.halfLife)
-			if tc.grouped {
-				a.BucketCPU()
-			}
-			for i := 0; i < 200; i++ {
-				r := tc.draw()
-				a.Observe(fmt.Sprint("p", i), &r)
-			}
-			e := a.Workload().Export(time.Now())
-			if e.GroupedCPU != tc.grouped || e.Pods <= 0 || e.SeenPods < e.Pods {
-				t.Fatalf("export %+v", e)
-			}
-			b := NewLearner(tc.coverage, tc.halfLife)
-			if err := b.Resume(e); err != nil {
-				t.Fatal(err)
-			}
-			for i := 200; i < 260; i++ {
-				r := tc.draw()
-				a.Observe(fmt.Sprint("p", i), &r)
-				b.Observe(fmt.Sprint("p", i), &r)
-				// In one order: tasks that weigh the same may come in
-				// either.
-				ta, tb := slices.Clone(a.Workload().Tasks()), slices.Clone(b.Workload().Tasks())
-				for _, ts := range [][]Task{ta, tb} {
-					slices.SortFunc(ts, func(x, y Task) int {
-						return cmpTasks(x, y)
-					})
+		{"the cut among even kinds", 0.8, 500, false, mixed}, {"a thin tail", 0.6, 50, false, tailed}} {
+		for _, before := range []int{150, 199, 201, 237} {
+			t.Run(fmt.Sprintf("%s/%d", tc.name, before), func(t *testing.T) {
+				rng = rand.New(rand.NewSource(int64(before)))
+				a := NewLearner(tc.coverage, tc.halfLife)
+				if tc.grouped {
+					a.BucketCPU()
 				}
-				if len(ta) != len(tb) {
-					t.Fatalf("after pod %d: %d tasks, want %d", i, len(tb), len(ta))
+				for i := 0; i < before; i++ {
+					r := tc.draw()
+					a.Observe(fmt.Sprint("p", i), &r)
 				}
-				for j := range ta {
-					x, y := ta[j], tb[j]
-					// A group's CPU is its members' mean, which the
-					// export rounds up: within 2 millicores.
-					if abs(float64(x.CPU-y.CPU)) > 2 || (!tc.grouped && x.CPU != y.CPU) || x.Milli != y.Milli || x.Count != y.Count || x.Models.String() != y.Models.String() ||
-						abs(x.Weight-y.Weight) > 1e-9 || abs(float64(x.Memory-y.Memory)) > 1 {
-						t.Fatalf("after pod %d, task %d: %+v, want %+v", i, j, y, x)
+				_, e := a.Export(time.Now())
+				if e.GroupedCPU != tc.grouped || e.Pods <= 0 || e.SeenPods < e.Pods {
+					t.Fatalf("export %+v", e)
+				}
+				raw, err := json.Marshal(e)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var back ExportedWorkload
+				if err := json.Unmarshal(raw, &back); err != nil {
+					t.Fatal(err)
+				}
+				b := NewLearner(tc.coverage, tc.halfLife)
+				// Seen before, then forgotten: the export stands for what came
+				// before it, and what comes after is learned again.
+				b.Observe(fmt.Sprint("p", before), &Request{Count: 3, CPU: 1})
+				if err := b.Resume(back); err != nil {
+					t.Fatal(err)
+				}
+				for i := before; i < before+60; i++ {
+					r := tc.draw()
+					a.Observe(fmt.Sprint("p", i), &r)
+					b.Observe(fmt.Sprint("p", i), &r)
+					// In one order: tasks that weigh the same may come in
+					// either.
+					ta, tb := slices.Clone(a.Workload().Tasks()), slices.Clone(b.Workload().Tasks())
+					for _, ts := range [][]Task{ta, tb} {
+						slices.SortFunc(ts, cmpTasks)
+					}
+					if len(ta) != len(tb) {
+						t.Fatalf("after pod %d: %d tasks, want %d", i, len(tb), len(ta))
+					}
+					for j := range ta {
+						x, y := ta[j], tb[j]
+						// A group's CPU is its members' mean, which the
+						// export rounds up, and a kind's memory its
+						// members' mean, rounded down: within 2
+						// millicores and 1 MiB.
+						if abs(float64(x.CPU-y.CPU)) > 2 || (!tc.grouped && x.CPU != y.CPU) || x.Milli != y.Milli || x.Count != y.Count ||
+							x.Models.String() != y.Models.String() || abs(x.Weight-y.Weight) > 1e-9 || abs(float64(x.Memory-y.Memory)) > 1 {
+							t.Fatalf("after pod %d, task %d: %+v, want %+v", i, j, y, x)
+						}
 					}
 				}
-			}
-		})
+			})
+		}
 	}
-	e := NewLearner(1, 0)
+	l := NewLearner(1, 0)
 	r := Request{Count: 1, CPU: 1000}
-	e.Observe("x", &r)
-	old := e.Workload().Export(time.Now())
-	old.Pods, old.SeenPods = 0, 0 // as a scheduler before the count was published
-	if err := NewLearner(1, 0).Resume(old); err == nil {
-		t.Error("an export without its pods' weight resumed")
+	l.Observe("x", &r)
+	_, good := l.Export(time.Now())
+	for name, edit := range map[string]func(*ExportedWorkload){
+		"no weight (a scheduler from before)": func(e *ExportedWorkload) { e.Pods, e.SeenPods = 0, 0 },
+		"a negative weight":                   func(e *ExportedWorkload) { e.Pods = -1 },
+		"an absurd total":                     func(e *ExportedWorkload) { e.SeenPods = 1e300 },
+		"a negative kind": func(e *ExportedWorkload) {
+			e.Tail = []ExportedTask{{CPUMilli: 1, GPUCount: 1, GPUMilli: 1000, Weight: -1}}
+		},
+	} {
+		e := good
+		edit(&e)
+		if err := NewLearner(1, 0).Resume(e); err == nil {
+			t.Errorf("%s: resumed", name)
+		}
+	}
+	if err := NewLearner(1, 0).Resume(good); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Task is one kind of typical pod in a target workload, with its share.
@@ -70,18 +72,6 @@ type Workload struct {
 	scarce scarcitySlot
 	// restricted: a GPU task restricts its model.
 	restricted bool
-	// learnt is what a Learner built it from; zero for other workloads.
-	learnt learntFrom
-}
-
-// learntFrom is the weight behind a learned workload, in pods as the next
-// one weighs, so that a copy of the learner can go on from it (Resume).
-type learntFrom struct {
-	// pods is the weight of the pods its tasks stand for, seen of every
-	// pod counted (the tail past coverage too).
-	pods, seen float64
-	// grouped: kinds were keyed by cpuBucket.
-	grouped bool
 }
 
 // NewWorkload normalises the weights and orders the tasks for Frag.
@@ -492,18 +482,7 @@ func (l *Learner) Kinds() int {
 }
 
 func (l *Learner) rebuild() {
-	entries := make([]*learned, 0, len(l.counts))
-	keys := make(map[*learned]taskKey, len(l.counts))
-	for k, e := range l.counts {
-		entries = append(entries, e)
-		keys[e] = k
-	}
-	sort.Slice(entries, func(i, j int) bool {
-		if entries[i].weight != entries[j].weight {
-			return entries[i].weight > entries[j].weight
-		}
-		return keyLess(keys[entries[j]], keys[entries[i]])
-	})
+	entries := l.sorted()
 	tasks := topTasks(entries, l.total, l.coverage, MaxLearnedTasks)
 	if !l.bucketed && len(tasks) == MaxLearnedTasks && len(entries) > MaxLearnedTasks {
 		var covered float64
@@ -519,49 +498,105 @@ func (l *Learner) rebuild() {
 		}
 	}
 	if wl, err := NewWorkload(tasks); err == nil {
-		var pods float64
-		for _, t := range tasks {
-			pods += t.Weight
-		}
-		wl.learnt = learntFrom{pods: min(pods, l.total) / l.scale, seen: l.total / l.scale, grouped: l.bucketed}
 		l.current.Store(wl)
 	}
 }
 
-// Resume makes the learner go on from a target another learner published
+// sorted is the kinds counted, the heaviest first (ties by the larger key).
+func (l *Learner) sorted() []*learned {
+	entries := make([]*learned, 0, len(l.counts))
+	keys := make(map[*learned]taskKey, len(l.counts))
+	for k, e := range l.counts {
+		entries = append(entries, e)
+		keys[e] = k
+	}
+	sort.Slice(entries, func(i, j int) bool {
+		if entries[i].weight != entries[j].weight {
+			return entries[i].weight > entries[j].weight
+		}
+		return keyLess(keys[entries[j]], keys[entries[i]])
+	})
+	return entries
+}
+
+// Export is the current target as published (nil before any pod), with
+// the weight of the pods behind it and the heaviest kinds past the
+// coverage cut, so that a reader can go on learning as this learner does
+// (Resume). The pods observed since the last rebuild are taken in first.
+func (l *Learner) Export(at time.Time) (*Workload, ExportedWorkload) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pending > 0 || l.current.Load() == nil {
+		if len(l.counts) == 0 {
+			return nil, ExportedWorkload{}
+		}
+		l.rebuild()
+		l.pending = 0
+	}
+	wl := l.current.Load()
+	if wl == nil {
+		return nil, ExportedWorkload{}
+	}
+	e := wl.Export(at)
+	entries := l.sorted()
+	var kept float64
+	for _, c := range entries[:min(len(wl.tasks), len(entries))] {
+		kept += c.weight
+	}
+	if kept <= 0 {
+		return wl, e
+	}
+	e.Pods, e.SeenPods, e.GroupedCPU = kept/l.scale, max(l.total, kept)/l.scale, l.bucketed
+	rest := entries[min(len(wl.tasks), len(entries)):]
+	for _, t := range topTasks(rest[:min(len(rest), MaxLearnedTasks)], math.Inf(1), 1, MaxLearnedTasks) {
+		if t.Weight > 0 {
+			x := exportTask(t)
+			x.Weight = t.Weight / kept // in the tasks' unit: a share of Pods
+			e.Tail = append(e.Tail, x)
+		}
+	}
+	return wl, e
+}
+
+// Resume makes the learner go on from a target another learner exported
 // (kubectl gpu whatif: the scheduler's, which then learns from each pod it
-// places, as the scheduler will). The published tasks stand for the weight
-// it says; pods the learner counted before are dropped, those it saw stay
-// seen. The kinds past the published coverage are not known: their weight
-// stays in the total, as the publisher's did.
+// places, as the scheduler will): its tasks and tail, weighing the pods it
+// says. What the learner counted and saw before is dropped: the export
+// stands for every pod up to it. The kinds past the exported tail are not
+// known; their weight stays in the total, as the exporter's did.
 func (l *Learner) Resume(e ExportedWorkload) error {
-	if !(e.Pods > 0) || math.IsInf(e.Pods, 0) {
-		return fmt.Errorf("the target was published without the weight of its pods (by a scheduler from before it was published)")
+	if !(e.Pods > 0) || !(e.SeenPods < 1e15) {
+		return fmt.Errorf("the target was published without a usable weight of its pods (pods %v of %v)", e.Pods, e.SeenPods)
 	}
 	seen := max(e.SeenPods, e.Pods)
 	wl, err := e.Workload()
 	if err != nil {
 		return err
 	}
-	wl.learnt = learntFrom{pods: e.Pods, seen: seen, grouped: e.GroupedCPU}
-	counts := make(map[taskKey]*learned, len(wl.tasks))
-	for _, t := range wl.tasks {
+	counts := make(map[taskKey]*learned, len(e.Tasks)+len(e.Tail))
+	for i, x := range append(slices.Clone(e.Tasks), e.Tail...) {
+		t := importTask(x)
+		if !(x.Weight >= 0) || t.Milli < 0 || t.Milli > MilliPerGPU || t.Count < 0 || t.CPU < 0 {
+			return fmt.Errorf("kind %d: weight, cpu, milli-GPU (0-1000) and count must not be negative", i)
+		}
 		k := taskKey{cpu: t.CPU, milli: t.Milli, count: t.Count, models: t.Models.String()}
 		if e.GroupedCPU {
 			k.cpu = cpuBucket(t.CPU)
 		}
-		w := t.Weight * e.Pods
 		c := counts[k]
 		if c == nil {
 			c = &learned{task: t}
 			counts[k] = c
 		}
-		c.add(w, t.CPU, t.Memory)
+		c.add(x.Weight*e.Pods, t.CPU, t.Memory)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.counts, l.bucketed = counts, e.GroupedCPU
 	l.scale, l.total, l.pending = 1, seen, 0
+	clear(l.seen)
+	clear(l.seenRing)
+	l.seenNext = 0
 	l.current.Store(wl)
 	return nil
 }

@@ -215,13 +215,26 @@ func (o *Options) view(ctx context.Context, policy string) (*view, error) {
 		return nil, fmt.Errorf("%s: %w", from, err)
 	}
 	d.AddDRA(c.slices, c.claims)
-	// The scheduler counts every node, not only those -l selects: one
-	// list call of one node says how many there are.
+	// The scheduler counts every node, not only those -l selects: how
+	// many there are (the share it scores), and their GPUs per model
+	// (what GPUScore's model-scarcity term weighs).
 	total := len(nodes)
 	if o.Selector != "" {
-		if l, err := o.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1}); err == nil && l.RemainingItemCount != nil {
-			total = len(l.Items) + int(*l.RemainingItemCount)
+		var fb gpu.FleetBuilder
+		all := 0
+		t := d.Tracker()
+		err := o.list(ctx, "nodes", metav1.ListOptions{}, func(opts metav1.ListOptions) (runtime.Object, error) {
+			return o.Client.CoreV1().Nodes().List(ctx, opts)
+		}, func(obj runtime.Object) {
+			all++
+			fb.Add(t.Compute(obj.(*v1.Node), nil, 0, 0, "", false))
+		})
+		if err != nil {
+			d.Close()
+			return nil, err
 		}
+		total = all
+		d.PinFleet(fb.Fleet(nil))
 	}
 	v := &view{cluster: c, Deployed: d, from: from, prof: prof, ropts: d.Tracker().RequestOptions(),
 		total: total, scored: simulator.NodesScored(deployedPct, globalPct, total)}
@@ -234,6 +247,17 @@ func (o *Options) view(ctx context.Context, policy string) (*view, error) {
 			if resumed, err = d.ResumeWorkload(*e); err != nil {
 				err = fmt.Errorf("lease %s, profile %s: %w", publishTo, o.SchedulerName, err)
 			}
+		}
+		if resumed {
+			// The export stands for the pods before it; those created
+			// after, the scheduler has learned since (or will).
+			var after []*v1.Pod
+			for _, p := range seen {
+				if p.CreationTimestamp.After(e.At) {
+					after = append(after, p)
+				}
+			}
+			d.Observe(ctx, after)
 		}
 		switch {
 		case err != nil:

@@ -20,6 +20,7 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/gpu"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/offline"
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpufit"
+	"github.com/gpu-scheduler/gpu-scheduler/pkg/plugins/gpuscore"
 )
 
 // WhatIfPlacement is where one pod of a what-if would go.
@@ -97,12 +98,23 @@ func NewDeployed(ctx context.Context, prof *config.KubeSchedulerProfile, nodes [
 		cancel()
 		return nil, fmt.Errorf("the profile %q has no %s", prof.SchedulerName, gpufit.Name)
 	}
-	for _, p := range seen {
-		// PreFilter is where GPUFit observes a request.
-		fw.RunPreFilterPlugins(ctx, framework.NewCycleState(), p)
-	}
-	return &Deployed{fw: fw, cluster: cluster, cancel: cancel}, nil
+	d := &Deployed{fw: fw, cluster: cluster, cancel: cancel}
+	d.Observe(ctx, seen)
+	return d, nil
 }
+
+// Observe has a learned target workload learn pods' requests, in order, as
+// the scheduler does when it first tries each.
+func (d *Deployed) Observe(ctx context.Context, pods []*v1.Pod) {
+	for _, p := range pods {
+		// PreFilter is where GPUFit observes a request.
+		d.fw.RunPreFilterPlugins(ctx, framework.NewCycleState(), p)
+	}
+}
+
+// PinFleet has the profile count f as the cluster's GPUs per model, in
+// place of the copy's nodes (gpuscore.PinFleet).
+func (d *Deployed) PinFleet(f *gpu.Fleet) { gpuscore.PinFleet(d.fw, f) }
 
 // AddDRA gives the profile's accounting the GPUs DRA drivers publish and
 // the claims on them.
@@ -133,8 +145,8 @@ func (d *Deployed) Tracker() *gpu.Tracker { return gpufit.TrackerOf(d.fw) }
 func (d *Deployed) PinWorkload(wl *gpu.Workload) { gpufit.PinWorkload(d.fw, wl) }
 
 // ResumeWorkload goes on learning from the target the scheduler published,
-// from each pod placed after, as the scheduler will; where it cannot (see
-// gpufit.ResumeWorkload), it pins the target as published.
+// from each pod observed or placed after, as the scheduler will; where it
+// cannot (see gpufit.ResumeWorkload), it pins the target as published.
 func (d *Deployed) ResumeWorkload(e gpu.ExportedWorkload) (bool, error) {
 	return gpufit.ResumeWorkload(d.fw, e)
 }
@@ -147,6 +159,9 @@ func noPublishing(prof *config.KubeSchedulerProfile) {
 		}
 	}
 }
+
+// Learner is the profile's learner, nil for a static target workload.
+func (d *Deployed) Learner() *gpu.Learner { return gpufit.LearnerOf(d.fw) }
 
 // Workload is the target workload GPUScore measures fragmentation against
 // (its static tasks, or what it learned from the pods seen); nil if none.

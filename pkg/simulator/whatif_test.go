@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand"
 	"slices"
@@ -145,9 +146,11 @@ func TestNodesScored(t *testing.T) {
 // model, or asking for more GPUs, among those placed move the scheduler's
 // target, and so where it puts the pods after them (the model-scarcity term
 // keeps shares off the model restricted pods need). The "scheduler" is a
-// learning copy of the cluster; whatif's copy placed the same history, then
-// takes the scheduler's exported target. Over seeded random sequences, the
-// placements must all agree, where a target kept as published must miss.
+// copy of the cluster that learned every pod it saw: many since deleted,
+// those bound, and some after it exported its target. whatif's copy starts,
+// as kubectl gpu whatif does, from the pods bound, the export (through
+// JSON) and the pods after it. Over seeded random sequences the placements
+// must all agree, where a target kept as published must miss some.
 func TestWhatIfLearnsFromThePodsItPlaces(t *testing.T) {
 	ctx := context.Background()
 	prof, err := WhatIfProfile(manifests.SchedulerConfig, gpu.SchedulerName, "")
@@ -219,45 +222,54 @@ func TestWhatIfLearnsFromThePodsItPlaces(t *testing.T) {
 			bound = append(bound, p)
 		}
 	}
-	deployed := func(learnt bool) *Deployed {
-		t.Helper()
-		if !learnt {
-			d, err := NewDeployed(ctx, prof, nodes, bound, nil)
-			if err != nil {
-				t.Fatal(err)
+	draw := func(rng *rand.Rand, prefix string, n int) []*v1.Pod {
+		var pods []*v1.Pod
+		for i := 0; i < n; i++ {
+			switch rng.Intn(6) {
+			case 0:
+				pods = append(pods, pod(fmt.Sprintf("%s-w%d", prefix, i), 1+rng.Intn(3), 0, ""))
+			case 1:
+				pods = append(pods, pod(fmt.Sprintf("%s-l4-%d", prefix, i), 1+rng.Intn(2), 0, "NVIDIA-L4"))
+			default:
+				pods = append(pods, pod(fmt.Sprintf("%s-s%d", prefix, i), 0, 100*(1+rng.Intn(8)), ""))
 			}
-			return d
 		}
-		d, err := NewDeployed(ctx, prof, nodes, nil, nil)
+		return pods
+	}
+	deployed := func(seen []*v1.Pod) *Deployed {
+		t.Helper()
+		d, err := NewDeployed(ctx, prof, nodes, bound, seen)
 		if err != nil {
 			t.Fatal(err)
 		}
-		place(d, history)
 		return d
 	}
 	missed := 0
 	for seed := int64(0); seed < 40; seed++ {
 		rng := rand.New(rand.NewSource(seed))
-		var pods []*v1.Pod
-		for i := 0; i < 9; i++ {
-			switch rng.Intn(6) {
-			case 0:
-				pods = append(pods, pod(fmt.Sprintf("w%d", i), 1+rng.Intn(3), 0, ""))
-			case 1:
-				pods = append(pods, pod(fmt.Sprintf("l4-%d", i), 1+rng.Intn(2), 0, "NVIDIA-L4"))
-			default:
-				pods = append(pods, pod(fmt.Sprintf("s%d", i), 0, 100*(1+rng.Intn(8)), ""))
-			}
-		}
-		sched := deployed(true)
-		published := sched.Workload().Export(time.Now())
+		deleted := draw(rng, "gone", 100+rng.Intn(100))
+		late := draw(rng, "late", 3)
+		pods := draw(rng, "new", 9)
+
+		sched := deployed(append(slices.Clone(deleted), bound...))
+		_, export := sched.Learner().Export(time.Now())
+		sched.Observe(ctx, late)
 		want, _ := place(sched, pods)
 		sched.Close()
+		raw, err := json.Marshal(export)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var published gpu.ExportedWorkload
+		if err := json.Unmarshal(raw, &published); err != nil {
+			t.Fatal(err)
+		}
 
-		resumed, pinned := deployed(false), deployed(false)
+		resumed, pinned := deployed(bound), deployed(bound)
 		if ok, err := resumed.ResumeWorkload(published); err != nil || !ok {
 			t.Fatalf("ResumeWorkload: %v, %v", ok, err)
 		}
+		resumed.Observe(ctx, late)
 		wl, err := published.Workload()
 		if err != nil {
 			t.Fatal(err)
@@ -277,4 +289,90 @@ func TestWhatIfLearnsFromThePodsItPlaces(t *testing.T) {
 		t.Errorf("the target kept as published placed every sequence as the scheduler did: the cases do not test learning")
 	}
 	t.Logf("the target kept as published missed %d of 40 sequences", missed)
+}
+
+// whatif -l sees only the nodes selected, where the scheduler counts every
+// node's GPUs per model (what the model-scarcity term weighs): with the
+// cluster's fleet pinned, whatif's narrowed copy places as a copy of the
+// whole cluster does, where the other nodes take no pod; without it, it
+// misses some.
+func TestWhatIfFleetOfEveryNode(t *testing.T) {
+	ctx := context.Background()
+	prof, err := WhatIfProfile(manifests.SchedulerConfig, gpu.SchedulerName, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pc := range prof.PluginConfig {
+		if a, ok := pc.Args.(*ourconfig.GPUFitArgs); ok {
+			a.AccountingOnlySharing = true
+		}
+	}
+	node := func(name string, gpus int, model, pool string) *v1.Node {
+		n := whatIfNode(name, gpus)
+		n.Labels[gpu.LabelGPUProduct] = model
+		n.Labels["pool"] = pool
+		return n
+	}
+	selected := []*v1.Node{node("a", 4, "Tesla-T4", "main"), node("b", 4, "Tesla-T4", "main"), node("c", 4, "NVIDIA-L4", "main")}
+	all := append(slices.Clone(selected), node("x", 8, "NVIDIA-L4", "other"), node("y", 8, "NVIDIA-L4", "other"))
+	// The target: pods that need an L4, as many that need a T4, and shares
+	// that take either. The selected nodes have more T4s than L4s, the
+	// cluster the other way round: which model is scarce turns over.
+	l4, t4 := gpu.ModelSelector{Exact: []string{"NVIDIA-L4"}}, gpu.ModelSelector{Exact: []string{"Tesla-T4"}}
+	target, err := gpu.NewWorkload([]gpu.Task{{CPU: 1000, Milli: 1000, Count: 1, Models: l4, Weight: 1},
+		{CPU: 1000, Milli: 1000, Count: 1, Models: t4, Weight: 1}, {CPU: 1000, Milli: 400, Count: 1, Weight: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deployed := func(nodes []*v1.Node) *Deployed {
+		t.Helper()
+		d, err := NewDeployed(ctx, prof, nodes, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.PinWorkload(target)
+		return d
+	}
+	missed := 0
+	for seed := int64(0); seed < 30; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		var pods []*v1.Pod
+		for i := 0; i < 10; i++ {
+			p := whatIfPod(fmt.Sprint("p", i), "", 0)
+			p.Spec.Containers[0].Resources = v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")}}
+			p.Annotations = map[string]string{gpu.AnnotationMilli: fmt.Sprint(100 * (1 + rng.Intn(9)))}
+			p.Spec.NodeSelector = map[string]string{"pool": "main"}
+			pods = append(pods, p)
+		}
+		place := func(d *Deployed) []string {
+			t.Helper()
+			defer d.Close()
+			out, err := d.Place(ctx, pods, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, pl := range out {
+				got = append(got, pl.Name+"@"+pl.Devices)
+			}
+			return got
+		}
+		want := place(deployed(all))
+		narrowed := deployed(selected)
+		var fb gpu.FleetBuilder
+		for _, n := range all {
+			fb.Add(narrowed.Tracker().Compute(n, nil, 0, 0, "", false))
+		}
+		narrowed.PinFleet(fb.Fleet(nil))
+		if got := place(narrowed); !slices.Equal(got, want) {
+			t.Errorf("seed %d: the narrowed copy placed\n%v\nthe whole cluster's\n%v", seed, got, want)
+		}
+		if got := place(deployed(selected)); !slices.Equal(got, want) {
+			missed++
+		}
+	}
+	if missed == 0 {
+		t.Errorf("the selected nodes' own fleet placed every sequence as the whole cluster's: the cases do not test the fleet")
+	}
+	t.Logf("the selected nodes' own fleet missed %d of 30 sequences", missed)
 }

@@ -269,6 +269,34 @@ func TestKubectlGPU(t *testing.T) {
 	if !strings.Contains(frag.Workload, "published on lease "+"e2e-ID/sched") || len(frag.Kinds) != 1 || frag.Kinds[0].Share != 1 {
 		t.Errorf("the published target: %q, kinds %+v", frag.Workload, frag.Kinds)
 	}
+	// whatif goes on learning from a target that says how many pods it
+	// weighs; one from before that is kept as published, and it says so.
+	notes := func() string {
+		t.Helper()
+		cmd := exec.Command(bin, "--kubeconfig", cluster.Kubeconfig, "-l", harness.LabelScope+"="+s.ID, "-n", s.NS, "whatif", "-f", "-",
+			"--config", cfgFile, "-o", "json")
+		cmd.Stdin = bytes.NewReader(stdin)
+		out, err := cmd.Output()
+		placed.Notes = nil
+		if err != nil || json.Unmarshal(out, &placed) != nil || len(placed.Items) != 1 || placed.Items[0].Node == "" {
+			t.Fatalf("whatif --config: %v\n%s", err, out)
+		}
+		return strings.Join(placed.Notes, "\n")
+	}
+	if n := notes(); !strings.Contains(n, "does not say how many pods it weighs") {
+		t.Errorf("a target published without its weight: notes %q", n)
+	}
+	lease, err := cluster.Client.CoordinationV1().Leases(s.NS).Get(s.Ctx, "sched", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.Annotations[gpu.AnnotationTargetWorkload] = strings.Replace(published, `"weight":1}]`, `"weight":1}],"pods":40,"seenPods":42`, 1)
+	if _, err := cluster.Client.CoordinationV1().Leases(s.NS).Update(s.Ctx, lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := notes(); strings.Contains(n, "weighs") || strings.Contains(n, "approximated") {
+		t.Errorf("a target published with its weight: notes %q", n)
+	}
 	wrongNS := strings.Replace(string(stdin), "metadata:\n", "metadata:\n  namespace: elsewhere\n", 1)
 	cmd = exec.Command(bin, "--kubeconfig", cluster.Kubeconfig, "-l", harness.LabelScope+"="+s.ID, "-n", s.NS, "whatif", "-f", "-")
 	cmd.Stdin = strings.NewReader(wrongNS)

@@ -437,6 +437,9 @@ func PinWorkload(h fwk.Handle, wl *gpu.Workload) {
 	s.SetScoring(s.Scoring(), nil, wl)
 }
 
+// LearnerOf is the learner of h's profile, nil for a static workload.
+func LearnerOf(h fwk.Handle) *gpu.Learner { return shared.For(h).Learner() }
+
 // ResumeWorkload has h's profile go on learning from a target another
 // learner published (kubectl gpu: the scheduler's), as the scheduler goes
 // on learning from the pods it sees. Where the profile does not learn, or
@@ -444,7 +447,7 @@ func PinWorkload(h fwk.Handle, wl *gpu.Workload) {
 // as published (resumed false).
 func ResumeWorkload(h fwk.Handle, e gpu.ExportedWorkload) (resumed bool, err error) {
 	s := shared.For(h)
-	if l := s.Learner(); l != nil && e.Pods > 0 {
+	if l := s.Learner(); l != nil && (e.Pods != 0 || e.SeenPods != 0) {
 		return true, l.Resume(e)
 	}
 	wl, err := e.Workload()

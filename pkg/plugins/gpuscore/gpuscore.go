@@ -114,7 +114,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		}
 		s.SetScoring(sc, l, nil)
 		if w.PublishTo != "" && h.ClientSet() != nil {
-			go newPublisher(h.ClientSet(), w.PublishTo, gpufit.ProfileName(h), shared.LeaderElected(), s.Leading, s.Workload).run(ctx)
+			go newPublisher(h.ClientSet(), w.PublishTo, gpufit.ProfileName(h), shared.LeaderElected(), s.Leading, l.Export).run(ctx)
 		}
 	}
 	return &GPUScore{handle: h, shared: s, scoring: sc}, nil
@@ -186,8 +186,16 @@ func (pl *GPUScore) PreScore(_ context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	return nil
 }
 
+// PinFleet has h's profile count f as the cluster's GPUs, in place of its
+// snapshot's nodes (kubectl gpu whatif -l: the scheduler counts every node,
+// whatif's copy only those selected).
+func PinFleet(h fwk.Handle, f *gpu.Fleet) { shared.For(h).PinFleet(f) }
+
 // fleetOf is the cluster's GPUs per model; nil without a snapshot.
 func (pl *GPUScore) fleetOf() *gpu.Fleet {
+	if f := pl.shared.PinnedFleet(); f != nil {
+		return f
+	}
 	lister := pl.handle.SnapshotSharedLister()
 	if lister == nil {
 		return nil

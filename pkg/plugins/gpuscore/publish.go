@@ -32,7 +32,8 @@ type publisher struct {
 	ns, name string
 	profile  string
 	leading  func() bool
-	workload func() *gpu.Workload
+	// export is the target and its export (gpu.Learner.Export).
+	export func(time.Time) (*gpu.Workload, gpu.ExportedWorkload)
 	// elected: the process runs leader election on this lease; without
 	// it, its entry says so (no holder) and it writes only if no
 	// elected leader holds the lease.
@@ -40,9 +41,10 @@ type publisher struct {
 	last    *gpu.Workload
 }
 
-func newPublisher(client kubernetes.Interface, lease, profile string, elected bool, leading func() bool, workload func() *gpu.Workload) *publisher {
+func newPublisher(client kubernetes.Interface, lease, profile string, elected bool, leading func() bool,
+	export func(time.Time) (*gpu.Workload, gpu.ExportedWorkload)) *publisher {
 	ns, name, _ := strings.Cut(lease, "/")
-	return &publisher{client: client, ns: ns, name: name, profile: profile, elected: elected, leading: leading, workload: workload}
+	return &publisher{client: client, ns: ns, name: name, profile: profile, elected: elected, leading: leading, export: export}
 }
 
 func (p *publisher) run(ctx context.Context) {
@@ -55,11 +57,13 @@ func (p *publisher) run(ctx context.Context) {
 
 // publish writes the current target if it changed since the last write.
 func (p *publisher) publish(ctx context.Context, now time.Time) error {
-	wl := p.workload()
-	if wl == nil || wl == p.last || !p.leading() {
+	if !p.leading() {
 		return nil
 	}
-	exported := wl.Export(now)
+	wl, exported := p.export(now)
+	if wl == nil || wl == p.last {
+		return nil
+	}
 	for attempt := 0; attempt < 3; attempt++ {
 		l, err := p.client.CoordinationV1().Leases(p.ns).Get(ctx, p.name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {

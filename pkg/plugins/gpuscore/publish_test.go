@@ -44,7 +44,14 @@ func TestPublishLearnedTarget(t *testing.T) {
 	}
 	leading := false
 	current := wl
-	p := newPublisher(client, "kube-system/gpu-scheduler", "gpu-scheduler", true, func() bool { return leading }, func() *gpu.Workload { return current })
+	var learner *gpu.Learner // once set, the target is its
+	export := func(at time.Time) (*gpu.Workload, gpu.ExportedWorkload) {
+		if learner != nil {
+			return learner.Export(at)
+		}
+		return current, current.Export(at)
+	}
+	p := newPublisher(client, "kube-system/gpu-scheduler", "gpu-scheduler", true, func() bool { return leading }, export)
 	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	if err := p.publish(ctx, now); err != nil || updates != 0 {
 		t.Fatalf("a standby published: %v, %d updates", err, updates)
@@ -88,25 +95,22 @@ func TestPublishLearnedTarget(t *testing.T) {
 	}
 	// The same tasks learned from many more pods: written, since one more
 	// pod then moves the target less (whatif goes on learning from it).
-	learner := gpu.NewLearner(1, 0)
+	learner = gpu.NewLearner(1, 0)
 	for i := 0; i < 10; i++ {
 		learner.Observe(fmt.Sprint("a", i), &gpu.Request{Milli: 500, CPU: 1000})
 	}
-	current = learner.Workload()
 	if err := p.publish(ctx, now.Add(150*time.Second)); err != nil || updates != 3 {
 		t.Fatalf("a learned target not written: %v, %d updates", err, updates)
 	}
 	for i := 10; i < 11; i++ { // a tenth more: not yet
 		learner.Observe(fmt.Sprint("a", i), &gpu.Request{Milli: 500, CPU: 1000})
 	}
-	current = learner.Workload()
 	if err := p.publish(ctx, now.Add(160*time.Second)); err != nil || updates != 3 {
 		t.Errorf("a tenth more pods written again: %v, %d updates", err, updates)
 	}
 	for i := 11; i < 13; i++ {
 		learner.Observe(fmt.Sprint("a", i), &gpu.Request{Milli: 500, CPU: 1000})
 	}
-	current = learner.Workload()
 	if err := p.publish(ctx, now.Add(170*time.Second)); err != nil || updates != 4 {
 		t.Errorf("13 pods against 10 not written: %v, %d updates", err, updates)
 	}
@@ -117,7 +121,8 @@ func TestPublishLearnedTarget(t *testing.T) {
 	// A process of the same profile without leader election does not
 	// overwrite the elected leader's entry.
 	other, _ := gpu.NewWorkload([]gpu.Task{{CPU: 500, Milli: 100, Count: 1, Weight: 1}})
-	q := newPublisher(client, "kube-system/gpu-scheduler", "gpu-scheduler", false, func() bool { return true }, func() *gpu.Workload { return other })
+	q := newPublisher(client, "kube-system/gpu-scheduler", "gpu-scheduler", false, func() bool { return true },
+		func(at time.Time) (*gpu.Workload, gpu.ExportedWorkload) { return other, other.Export(at) })
 	before := updates
 	if err := q.publish(ctx, now); err != nil || updates != before {
 		t.Errorf("an unelected process overwrote the leader's entry: %v, %d updates", err, updates)
@@ -138,7 +143,8 @@ func TestPublishLearnedTarget(t *testing.T) {
 	}
 	// No lease (no leader election): nothing, no error.
 	updates = 0
-	p = newPublisher(client, "kube-system/absent", "gpu-scheduler", true, func() bool { return true }, func() *gpu.Workload { return wl })
+	p = newPublisher(client, "kube-system/absent", "gpu-scheduler", true, func() bool { return true },
+		func(at time.Time) (*gpu.Workload, gpu.ExportedWorkload) { return wl, wl.Export(at) })
 	if err := p.publish(ctx, now); err != nil || updates != 0 {
 		t.Errorf("without the lease: %v, %d updates", err, updates)
 	}

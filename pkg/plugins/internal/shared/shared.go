@@ -40,6 +40,8 @@ type Shared struct {
 	// allocator, if set, hands out every node's devices in place of the
 	// policy's choice (SetAllocator).
 	allocator atomic.Pointer[Allocator]
+	// fleet, if set, is the cluster's GPUs GPUScore counts (PinFleet).
+	fleet atomic.Pointer[gpu.Fleet]
 }
 
 // Allocator chooses a request's devices on a node, as a node agent that
@@ -328,6 +330,12 @@ func (s *Shared) Workload() *gpu.Workload {
 	}
 	return nil
 }
+
+// PinFleet sets the fleet GPUScore counts, in place of the snapshot's.
+func (s *Shared) PinFleet(f *gpu.Fleet) { s.fleet.Store(f) }
+
+// PinnedFleet is the fleet PinFleet set, nil if none.
+func (s *Shared) PinnedFleet() *gpu.Fleet { return s.fleet.Load() }
 
 // Learner is the profile's learner, nil for a static workload.
 func (s *Shared) Learner() *gpu.Learner { return s.scoring.Load().learner }
