@@ -3,7 +3,6 @@ package gpu
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 )
@@ -23,17 +22,19 @@ type ExportedWorkload struct {
 	// no longer holds the lease is a former leader's.
 	Holder string         `json:"holder,omitempty"`
 	Tasks  []ExportedTask `json:"tasks"`
-	// Pods is the weight of the pods the tasks stand for, and SeenPods of
-	// every pod the learner counts, in pods as the next one weighs (old
-	// ones decay): how far one more pod moves the target. GroupedCPU: the
-	// learner groups kinds by CPU. Tail is the heaviest kinds past the
-	// coverage cut (their weights in the tasks' unit, a share of Pods).
-	// A reader goes on learning from them (Learner.Resume); absent, it
-	// can only keep the tasks as they are.
-	Pods       float64        `json:"pods,omitempty"`
-	SeenPods   float64        `json:"seenPods,omitempty"`
-	GroupedCPU bool           `json:"groupedCPU,omitempty"`
-	Tail       []ExportedTask `json:"tail,omitempty"`
+	// What a reader needs to go on learning as the learner does
+	// (Learner.Resume); absent, it can only keep the tasks as they are.
+	// SeenPods is the weight of every pod the learner counts, and
+	// PendingPods of those since its target was last rebuilt, in pods as
+	// the next one weighs (old ones decay). Kinds are the heaviest kinds it
+	// counts (at most MaxExportedKinds), their weights in the same unit.
+	// GroupedCPU: it groups kinds by CPU. Recent are the UIDs of the last
+	// pods it observed, oldest first.
+	SeenPods    float64        `json:"seenPods,omitempty"`
+	PendingPods float64        `json:"pendingPods,omitempty"`
+	GroupedCPU  bool           `json:"groupedCPU,omitempty"`
+	Kinds       []ExportedTask `json:"kinds,omitempty"`
+	Recent      []string       `json:"recent,omitempty"`
 }
 
 // ExportedTask is one typical pod of an exported workload.
@@ -95,12 +96,10 @@ func ExportedWorkloads(annotation string) (map[string]ExportedWorkload, error) {
 	return out, nil
 }
 
-// SameLearning reports whether two exports hold the same tasks, learned
-// from nearly as many pods (within a tenth): one more pod then moves the
-// target nearly as far.
-func (e ExportedWorkload) SameLearning(o ExportedWorkload) bool {
-	return e.SameTasks(o) && e.GroupedCPU == o.GroupedCPU && math.Abs(e.SeenPods-o.SeenPods) <= o.SeenPods/10 &&
-		math.Abs(e.Pods-o.Pods) <= o.Pods/10
+// SameWeights reports whether two exports were learned from the same pods,
+// as far as their weights tell.
+func (e ExportedWorkload) SameWeights(o ExportedWorkload) bool {
+	return e.SeenPods == o.SeenPods && e.PendingPods == o.PendingPods && e.GroupedCPU == o.GroupedCPU
 }
 
 // SameTasks reports whether two exports hold the same tasks.

@@ -1041,9 +1041,10 @@ func TestPodListedTwiceHoldsOnce(t *testing.T) {
 
 // A learner that resumes from another's export goes on as that one does:
 // the same pods after give the same target, exact or grouped by CPU, with
-// decay, with kinds near the coverage cut (the export's tail), from any
-// number of pods before (not only where the exporter last rebuilt), after
-// the lease's JSON. Exports without a usable weight are refused.
+// decay, with kinds near the coverage cut, from any number of pods before
+// (between the exporter's rebuilds too), after the lease's JSON; exporting
+// changes nothing. Exports without what the target was learned from, or
+// with kinds no learner would count, are refused.
 func TestLearnerResume(t *testing.T) {
 	var rng *rand.Rand
 	// Two kinds weigh three quarters; a thin tail of kinds the rest.
@@ -1087,9 +1088,14 @@ func TestLearnerResume(t *testing.T) {
 					r := tc.draw()
 					a.Observe(fmt.Sprint("p", i), &r)
 				}
+				current := a.Workload()
 				_, e := a.Export(time.Now())
-				if e.GroupedCPU != tc.grouped || e.Pods <= 0 || e.SeenPods < e.Pods {
+				if e.GroupedCPU != tc.grouped || e.SeenPods <= 0 || len(e.Kinds) == 0 || len(e.Recent) != min(before, maxExportedRecent) ||
+					e.Recent[len(e.Recent)-1] != fmt.Sprint("p", before-1) {
 					t.Fatalf("export %+v", e)
+				}
+				if a.Workload() != current {
+					t.Fatal("Export rebuilt the target")
 				}
 				raw, err := json.Marshal(e)
 				if err != nil {
@@ -1139,11 +1145,19 @@ func TestLearnerResume(t *testing.T) {
 	l.Observe("x", &r)
 	_, good := l.Export(time.Now())
 	for name, edit := range map[string]func(*ExportedWorkload){
-		"no weight (a scheduler from before)": func(e *ExportedWorkload) { e.Pods, e.SeenPods = 0, 0 },
-		"a negative weight":                   func(e *ExportedWorkload) { e.Pods = -1 },
-		"an absurd total":                     func(e *ExportedWorkload) { e.SeenPods = 1e300 },
+		"nothing to go on (a scheduler from before)": func(e *ExportedWorkload) { e.SeenPods, e.Kinds = 0, nil },
+		"no kinds":           func(e *ExportedWorkload) { e.Kinds = nil },
+		"a negative pending": func(e *ExportedWorkload) { e.PendingPods = -1 },
+		"pending over seen":  func(e *ExportedWorkload) { e.PendingPods = 2 },
+		"an absurd total":    func(e *ExportedWorkload) { e.SeenPods = 1e300 },
 		"a negative kind": func(e *ExportedWorkload) {
-			e.Tail = []ExportedTask{{CPUMilli: 1, GPUCount: 1, GPUMilli: 1000, Weight: -1}}
+			e.Kinds = []ExportedTask{{CPUMilli: 1, GPUCount: 1, GPUMilli: 1000, Weight: -1}}
+		},
+		"a kind over the total": func(e *ExportedWorkload) {
+			e.Kinds = []ExportedTask{{CPUMilli: 1, GPUCount: 1, GPUMilli: 1000, Weight: 2}}
+		},
+		"a share on two devices": func(e *ExportedWorkload) {
+			e.Kinds = []ExportedTask{{CPUMilli: 1, GPUCount: 2, GPUMilli: 500, Weight: 1}}
 		},
 	} {
 		e := good
@@ -1152,8 +1166,19 @@ func TestLearnerResume(t *testing.T) {
 			t.Errorf("%s: resumed", name)
 		}
 	}
-	if err := NewLearner(1, 0).Resume(good); err != nil {
-		t.Error(err)
+	// A pod the export stands for, marked seen, is not counted again.
+	m := NewLearner(1, 0)
+	if err := m.Resume(good); err != nil {
+		t.Fatal(err)
+	}
+	m.MarkSeen("x")
+	m.Observe("x", &r)
+	if _, e := m.Export(time.Now()); e.SeenPods != good.SeenPods {
+		t.Errorf("a pod marked seen counted again: %v pods, want %v", e.SeenPods, good.SeenPods)
+	}
+	m.Observe("y", &r)
+	if _, e := m.Export(time.Now()); e.SeenPods != good.SeenPods+1 {
+		t.Errorf("a new pod: %v pods, want %v", e.SeenPods, good.SeenPods+1)
 	}
 }
 

@@ -78,14 +78,8 @@ type Workload struct {
 func NewWorkload(tasks []Task) (*Workload, error) {
 	var sum float64
 	for i, t := range tasks {
-		if t.Weight < 0 || t.Milli < 0 || t.Milli > MilliPerGPU || t.Count < 0 || t.CPU < 0 {
-			return nil, fmt.Errorf("task %d: weight, cpu, milli-GPU (0-1000) and count must not be negative", i)
-		}
-		if t.Milli > 0 && t.Count == 0 {
-			return nil, fmt.Errorf("task %d: a GPU task needs a device count", i)
-		}
-		if t.Milli > 0 && t.Milli < MilliPerGPU && t.Count > 1 {
-			return nil, fmt.Errorf("task %d: a shared GPU task takes one device", i)
+		if err := checkTask(t); err != nil {
+			return nil, fmt.Errorf("task %d: %w", i, err)
 		}
 		sum += t.Weight
 	}
@@ -108,6 +102,19 @@ func NewWorkload(tasks []Task) (*Workload, error) {
 		}
 	}
 	return w, nil
+}
+
+// checkTask is what every task of a workload must be.
+func checkTask(t Task) error {
+	switch {
+	case !(t.Weight >= 0) || math.IsInf(t.Weight, 1) || t.Milli < 0 || t.Milli > MilliPerGPU || t.Count < 0 || t.CPU < 0:
+		return fmt.Errorf("weight, cpu, milli-GPU (0-1000) and count must not be negative")
+	case t.Milli > 0 && t.Count == 0:
+		return fmt.Errorf("a GPU task needs a device count")
+	case t.Milli > 0 && t.Milli < MilliPerGPU && t.Count > 1:
+		return fmt.Errorf("a shared GPU task takes one device")
+	}
+	return nil
 }
 
 // Tasks returns the tasks (do not modify).
@@ -276,6 +283,8 @@ type Learner struct {
 	current  atomic.Pointer[Workload]
 	// bucketed keys kinds by cpuBucket of their CPU.
 	bucketed bool
+	// resumed: the counts are another learner's export (Resume).
+	resumed bool
 }
 
 type taskKey struct {
@@ -354,16 +363,8 @@ func (l *Learner) Observe(uid string, r *Request) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if uid != "" {
-		if _, dup := l.seen[uid]; dup {
-			return
-		}
-		if old := l.seenRing[l.seenNext]; old != "" {
-			delete(l.seen, old)
-		}
-		l.seenRing[l.seenNext] = uid
-		l.seenNext = (l.seenNext + 1) % len(l.seenRing)
-		l.seen[uid] = struct{}{}
+	if uid != "" && !l.see(uid) {
+		return
 	}
 	// Where CPU requests vary finely (coarsen), pods that differ by a few
 	// percent of CPU are one kind, with their mean CPU.
@@ -413,6 +414,20 @@ func (l *Learner) Observe(uid string, r *Request) {
 	}
 }
 
+// see records a pod as seen; false if it was already.
+func (l *Learner) see(uid string) bool {
+	if _, dup := l.seen[uid]; dup || uid == "" {
+		return false
+	}
+	if old := l.seenRing[l.seenNext]; old != "" {
+		delete(l.seen, old)
+	}
+	l.seenRing[l.seenNext] = uid
+	l.seenNext = (l.seenNext + 1) % len(l.seenRing)
+	l.seen[uid] = struct{}{}
+	return true
+}
+
 // coarsen regroups the kinds by cpuBucket of their CPU, for good: requests
 // this varied are better learned as groups of nearly the same size than cut
 // down to the heaviest exact ones.
@@ -443,7 +458,7 @@ func (l *Learner) coarsen() {
 // coarsenIfItHalves coarsens if that at least halves the kinds: kinds that
 // differ by more than CPU (models, shares) are not what grouping is for.
 func (l *Learner) coarsenIfItHalves() bool {
-	if l.bucketed {
+	if l.bucketed || l.resumed {
 		return false
 	}
 	seen := make(map[taskKey]struct{}, len(l.counts))
@@ -519,65 +534,65 @@ func (l *Learner) sorted() []*learned {
 	return entries
 }
 
+// MaxExportedKinds bounds the kinds an export carries: the learned target's
+// at most, and as many past its coverage cut.
+const MaxExportedKinds = 2 * MaxLearnedTasks
+
+// maxExportedRecent bounds the pods an export names as the last observed.
+const maxExportedRecent = 128
+
 // Export is the current target as published (nil before any pod), with
-// the weight of the pods behind it and the heaviest kinds past the
-// coverage cut, so that a reader can go on learning as this learner does
-// (Resume). The pods observed since the last rebuild are taken in first.
+// what a reader needs to go on learning as this learner does (Resume): the
+// heaviest kinds counted, the weight of every pod counted and of those since
+// the last rebuild, and the last pods observed. It changes nothing: the
+// learner rebuilds when it would have.
 func (l *Learner) Export(at time.Time) (*Workload, ExportedWorkload) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.pending > 0 || l.current.Load() == nil {
-		if len(l.counts) == 0 {
-			return nil, ExportedWorkload{}
-		}
-		l.rebuild()
-		l.pending = 0
-	}
 	wl := l.current.Load()
 	if wl == nil {
 		return nil, ExportedWorkload{}
 	}
 	e := wl.Export(at)
+	e.SeenPods, e.PendingPods, e.GroupedCPU = l.total/l.scale, l.pending/l.scale, l.bucketed
 	entries := l.sorted()
-	var kept float64
-	for _, c := range entries[:min(len(wl.tasks), len(entries))] {
-		kept += c.weight
+	for _, t := range topTasks(entries[:min(len(entries), MaxExportedKinds)], math.Inf(1), 1, MaxExportedKinds) {
+		x := exportTask(t)
+		x.Weight = t.Weight / l.scale
+		e.Kinds = append(e.Kinds, x)
 	}
-	if kept <= 0 {
-		return wl, e
-	}
-	e.Pods, e.SeenPods, e.GroupedCPU = kept/l.scale, max(l.total, kept)/l.scale, l.bucketed
-	rest := entries[min(len(wl.tasks), len(entries)):]
-	for _, t := range topTasks(rest[:min(len(rest), MaxLearnedTasks)], math.Inf(1), 1, MaxLearnedTasks) {
-		if t.Weight > 0 {
-			x := exportTask(t)
-			x.Weight = t.Weight / kept // in the tasks' unit: a share of Pods
-			e.Tail = append(e.Tail, x)
+	for i := 1; i <= len(l.seenRing) && len(e.Recent) < maxExportedRecent; i++ {
+		uid := l.seenRing[(l.seenNext-i+len(l.seenRing))%len(l.seenRing)]
+		if uid == "" {
+			break
 		}
+		e.Recent = append(e.Recent, uid)
 	}
+	slices.Reverse(e.Recent)
 	return wl, e
 }
 
 // Resume makes the learner go on from a target another learner exported
 // (kubectl gpu whatif: the scheduler's, which then learns from each pod it
-// places, as the scheduler will): its tasks and tail, weighing the pods it
-// says. What the learner counted and saw before is dropped: the export
-// stands for every pod up to it. The kinds past the exported tail are not
-// known; their weight stays in the total, as the exporter's did.
+// places, as the scheduler will): its target, its kinds and weights, and
+// where it stood between rebuilds. What the learner counted and saw before
+// is dropped (MarkSeen tells it the pods the export stands for). Kinds past
+// the exported ones are not known: their weight stays in the total, as the
+// exporter's did; and a resumed learner never groups kinds by CPU on its
+// own, since it would decide from a part of what the exporter counts.
 func (l *Learner) Resume(e ExportedWorkload) error {
-	if !(e.Pods > 0) || !(e.SeenPods < 1e15) {
-		return fmt.Errorf("the target was published without a usable weight of its pods (pods %v of %v)", e.Pods, e.SeenPods)
+	if !(e.SeenPods > 0 && e.SeenPods < 1e15) || !(e.PendingPods >= 0 && e.PendingPods <= e.SeenPods) || len(e.Kinds) == 0 {
+		return fmt.Errorf("the target was published without what the scheduler learned it from (its kinds and their weight)")
 	}
-	seen := max(e.SeenPods, e.Pods)
 	wl, err := e.Workload()
 	if err != nil {
 		return err
 	}
-	counts := make(map[taskKey]*learned, len(e.Tasks)+len(e.Tail))
-	for i, x := range append(slices.Clone(e.Tasks), e.Tail...) {
+	counts := make(map[taskKey]*learned, len(e.Kinds))
+	for i, x := range e.Kinds {
 		t := importTask(x)
-		if !(x.Weight >= 0) || t.Milli < 0 || t.Milli > MilliPerGPU || t.Count < 0 || t.CPU < 0 {
-			return fmt.Errorf("kind %d: weight, cpu, milli-GPU (0-1000) and count must not be negative", i)
+		if err := checkTask(t); err != nil || !(x.Weight >= 0 && x.Weight <= e.SeenPods*(1+1e-9)) {
+			return fmt.Errorf("kind %d: %v (weight %v of %v)", i, err, x.Weight, e.SeenPods)
 		}
 		k := taskKey{cpu: t.CPU, milli: t.Milli, count: t.Count, models: t.Models.String()}
 		if e.GroupedCPU {
@@ -588,17 +603,27 @@ func (l *Learner) Resume(e ExportedWorkload) error {
 			c = &learned{task: t}
 			counts[k] = c
 		}
-		c.add(x.Weight*e.Pods, t.CPU, t.Memory)
+		c.add(x.Weight, t.CPU, t.Memory)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.counts, l.bucketed = counts, e.GroupedCPU
-	l.scale, l.total, l.pending = 1, seen, 0
+	l.counts, l.bucketed, l.resumed = counts, e.GroupedCPU, true
+	l.scale, l.total, l.pending = 1, e.SeenPods, e.PendingPods
 	clear(l.seen)
 	clear(l.seenRing)
 	l.seenNext = 0
 	l.current.Store(wl)
 	return nil
+}
+
+// MarkSeen has the learner take pods as observed, without counting them
+// (after Resume: those the export stands for).
+func (l *Learner) MarkSeen(uids ...string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, uid := range uids {
+		l.see(uid)
+	}
 }
 
 // topTasks keeps the leading tasks until they cover the given share, or

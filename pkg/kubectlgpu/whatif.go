@@ -244,20 +244,10 @@ func (o *Options) view(ctx context.Context, policy string) (*view, error) {
 		e, by, err := o.published(ctx, publishTo)
 		var resumed bool
 		if err == nil && e != nil {
-			if resumed, err = d.ResumeWorkload(*e); err != nil {
+			// The scheduler's pods after the export are learned again.
+			if resumed, err = d.ResumeWorkload(ctx, *e, seen); err != nil {
 				err = fmt.Errorf("lease %s, profile %s: %w", publishTo, o.SchedulerName, err)
 			}
-		}
-		if resumed {
-			// The export stands for the pods before it; those created
-			// after, the scheduler has learned since (or will).
-			var after []*v1.Pod
-			for _, p := range seen {
-				if p.CreationTimestamp.After(e.At) {
-					after = append(after, p)
-				}
-			}
-			d.Observe(ctx, after)
 		}
 		switch {
 		case err != nil:
@@ -267,9 +257,9 @@ func (o *Options) view(ctx context.Context, policy string) (*view, error) {
 		default:
 			v.published = "the scheduler's own, published on lease " + publishTo + " " + by
 			if !resumed {
-				// A scheduler from before the export said how many pods
-				// it weighs.
-				v.targetNote = "the scheduler's published target does not say how many pods it weighs: whatif keeps it as published, " +
+				// A scheduler from before the export said what it
+				// learned the target from.
+				v.targetNote = "the scheduler's published target does not say what it was learned from: whatif keeps it as published, " +
 					"where the scheduler goes on learning from each pod"
 			}
 		}

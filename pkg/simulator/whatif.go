@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
@@ -145,10 +146,50 @@ func (d *Deployed) Tracker() *gpu.Tracker { return gpufit.TrackerOf(d.fw) }
 func (d *Deployed) PinWorkload(wl *gpu.Workload) { gpufit.PinWorkload(d.fw, wl) }
 
 // ResumeWorkload goes on learning from the target the scheduler published,
-// from each pod observed or placed after, as the scheduler will; where it
-// cannot (see gpufit.ResumeWorkload), it pins the target as published.
-func (d *Deployed) ResumeWorkload(e gpu.ExportedWorkload) (bool, error) {
-	return gpufit.ResumeWorkload(d.fw, e)
+// as the scheduler will; where it cannot (see gpufit.ResumeWorkload), it
+// pins the target as published. pods are the profile's pods that exist,
+// oldest first: those the export stands for are taken as seen, and those
+// the scheduler learned since (or will) are learned here, in order.
+func (d *Deployed) ResumeWorkload(ctx context.Context, e gpu.ExportedWorkload, pods []*v1.Pod) (bool, error) {
+	resumed, err := gpufit.ResumeWorkload(d.fw, e)
+	if !resumed || err != nil {
+		return resumed, err
+	}
+	before, after := SinceExport(e, pods)
+	uids := make([]string, len(before))
+	for i, p := range before {
+		uids[i] = string(p.UID)
+	}
+	d.Learner().MarkSeen(uids...)
+	d.Observe(ctx, after)
+	return true, nil
+}
+
+// exportSlack is how long before an export a pod may have been created and
+// not yet observed by the scheduler (the export's time and creation times
+// have second precision, and a pod is tried moments after it is created).
+const exportSlack = 2 * time.Second
+
+// SinceExport splits the profile's pods (oldest first) into those an export
+// stands for and those the scheduler observed after it: created after the
+// export's time less exportSlack, and not among the last it had observed.
+// A pod held by scheduling gates is in neither: the scheduler has not
+// tried it yet.
+func SinceExport(e gpu.ExportedWorkload, pods []*v1.Pod) (before, after []*v1.Pod) {
+	recent := make(map[string]bool, len(e.Recent))
+	for _, uid := range e.Recent {
+		recent[uid] = true
+	}
+	for _, p := range pods {
+		switch {
+		case len(p.Spec.SchedulingGates) > 0:
+		case recent[string(p.UID)] || p.CreationTimestamp.Time.Before(e.At.Add(-exportSlack)):
+			before = append(before, p)
+		default:
+			after = append(after, p)
+		}
+	}
+	return before, after
 }
 
 // noPublishing: a simulation publishes no target on any lease.

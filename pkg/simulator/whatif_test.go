@@ -147,9 +147,10 @@ func TestNodesScored(t *testing.T) {
 // target, and so where it puts the pods after them (the model-scarcity term
 // keeps shares off the model restricted pods need). The "scheduler" is a
 // copy of the cluster that learned every pod it saw: many since deleted,
-// those bound, and some after it exported its target. whatif's copy starts,
-// as kubectl gpu whatif does, from the pods bound, the export (through
-// JSON) and the pods after it. Over seeded random sequences the placements
+// those bound, some created in the second of its export, and some after
+// it. whatif's copy starts, as kubectl gpu whatif does, from the pods that
+// exist, the export (through JSON), and the pods it finds created after it
+// (not one the export names, nor one held by a scheduling gate). Over seeded random sequences the placements
 // must all agree, where a target kept as published must miss some.
 func TestWhatIfLearnsFromThePodsItPlaces(t *testing.T) {
 	ctx := context.Background()
@@ -247,12 +248,29 @@ func TestWhatIfLearnsFromThePodsItPlaces(t *testing.T) {
 	missed := 0
 	for seed := int64(0); seed < 40; seed++ {
 		rng := rand.New(rand.NewSource(seed))
-		deleted := draw(rng, "gone", 100+rng.Intn(100))
-		late := draw(rng, "late", 3)
-		pods := draw(rng, "new", 9)
+		deleted := draw(rng, "gone", 10+rng.Intn(150))
+		// Pending since before the export, and placed again here (as
+		// `kubectl get pod -o yaml | kubectl gpu whatif -f -` does); created
+		// in the export's second and observed before it (named among its
+		// recent pods); created after it; held by a gate.
+		pending, edge, late, gated := draw(rng, "pending", 3), draw(rng, "edge", 4), draw(rng, "late", 3), draw(rng, "gated", 1)
+		pods := slices.Concat(pending, draw(rng, "new", 9))
+		at := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+		for _, p := range slices.Concat(bound, pending) {
+			p.CreationTimestamp = metav1.NewTime(at.Add(-time.Hour))
+		}
+		for _, p := range edge {
+			p.CreationTimestamp = metav1.NewTime(at)
+		}
+		for i, p := range late[:2] {
+			p.CreationTimestamp = metav1.NewTime(at.Add(time.Duration(i) * time.Second))
+		}
+		late[2].CreationTimestamp = metav1.NewTime(at.Add(time.Minute))
+		gated[0].CreationTimestamp = metav1.NewTime(at.Add(time.Second))
+		gated[0].Spec.SchedulingGates = []v1.PodSchedulingGate{{Name: "queue"}}
 
-		sched := deployed(append(slices.Clone(deleted), bound...))
-		_, export := sched.Learner().Export(time.Now())
+		sched := deployed(slices.Concat(deleted, bound, pending, edge))
+		_, export := sched.Learner().Export(at)
 		sched.Observe(ctx, late)
 		want, _ := place(sched, pods)
 		sched.Close()
@@ -265,11 +283,12 @@ func TestWhatIfLearnsFromThePodsItPlaces(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		resumed, pinned := deployed(bound), deployed(bound)
-		if ok, err := resumed.ResumeWorkload(published); err != nil || !ok {
+		// The pods that exist, oldest first, as kubectl gpu reads them.
+		existing := slices.Concat(bound, pending, edge, late[:2], gated, late[2:])
+		resumed, pinned := deployed(existing), deployed(existing)
+		if ok, err := resumed.ResumeWorkload(ctx, published, existing); err != nil || !ok {
 			t.Fatalf("ResumeWorkload: %v, %v", ok, err)
 		}
-		resumed.Observe(ctx, late)
 		wl, err := published.Workload()
 		if err != nil {
 			t.Fatal(err)

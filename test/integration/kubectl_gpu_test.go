@@ -269,8 +269,8 @@ func TestKubectlGPU(t *testing.T) {
 	if !strings.Contains(frag.Workload, "published on lease "+"e2e-ID/sched") || len(frag.Kinds) != 1 || frag.Kinds[0].Share != 1 {
 		t.Errorf("the published target: %q, kinds %+v", frag.Workload, frag.Kinds)
 	}
-	// whatif goes on learning from a target that says how many pods it
-	// weighs; one from before that is kept as published, and it says so.
+	// whatif goes on learning from a target that says what it was learned
+	// from; one from before that is kept as published, and it says so.
 	notes := func() string {
 		t.Helper()
 		cmd := exec.Command(bin, "--kubeconfig", cluster.Kubeconfig, "-l", harness.LabelScope+"="+s.ID, "-n", s.NS, "whatif", "-f", "-",
@@ -283,18 +283,18 @@ func TestKubectlGPU(t *testing.T) {
 		}
 		return strings.Join(placed.Notes, "\n")
 	}
-	if n := notes(); !strings.Contains(n, "does not say how many pods it weighs") {
+	if n := notes(); !strings.Contains(n, "does not say what it was learned from") {
 		t.Errorf("a target published without its weight: notes %q", n)
 	}
 	lease, err := cluster.Client.CoordinationV1().Leases(s.NS).Get(s.Ctx, "sched", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease.Annotations[gpu.AnnotationTargetWorkload] = strings.Replace(published, `"weight":1}]`, `"weight":1}],"pods":40,"seenPods":42`, 1)
+	lease.Annotations[gpu.AnnotationTargetWorkload] = strings.Replace(published, `"weight":1}]`, `"weight":1}],"seenPods":42,"kinds":[{"cpuMilli":1000,"gpuMilli":300,"gpuCount":1,"weight":40}]`, 1)
 	if _, err := cluster.Client.CoordinationV1().Leases(s.NS).Update(s.Ctx, lease, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if n := notes(); strings.Contains(n, "weighs") || strings.Contains(n, "approximated") {
+	if n := notes(); strings.Contains(n, "learned from") || strings.Contains(n, "approximated") {
 		t.Errorf("a target published with its weight: notes %q", n)
 	}
 	wrongNS := strings.Replace(string(stdin), "metadata:\n", "metadata:\n  namespace: elsewhere\n", 1)

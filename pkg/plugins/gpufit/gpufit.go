@@ -443,11 +443,11 @@ func LearnerOf(h fwk.Handle) *gpu.Learner { return shared.For(h).Learner() }
 // ResumeWorkload has h's profile go on learning from a target another
 // learner published (kubectl gpu: the scheduler's), as the scheduler goes
 // on learning from the pods it sees. Where the profile does not learn, or
-// the export does not say how many pods it weighs, the target is pinned
-// as published (resumed false).
+// the export does not say what it was learned from (a scheduler from
+// before it did), the target is pinned as published (resumed false).
 func ResumeWorkload(h fwk.Handle, e gpu.ExportedWorkload) (resumed bool, err error) {
 	s := shared.For(h)
-	if l := s.Learner(); l != nil && (e.Pods != 0 || e.SeenPods != 0) {
+	if l := s.Learner(); l != nil && (e.SeenPods != 0 || len(e.Kinds) != 0) {
 		return true, l.Resume(e)
 	}
 	wl, err := e.Workload()

@@ -20,6 +20,11 @@ import (
 // changed, and publishes it if so (a variable for tests).
 var publishPeriod = 10 * time.Second
 
+// republishAfter is how old an entry with the same tasks may grow before
+// the weights learned since are written too: a reader replays the pods
+// created after the entry, and deleted ones are gone (a variable for tests).
+var republishAfter = time.Minute
+
 // publisher writes the profile's learned target on the scheduler's lease
 // (annotation gpu.AnnotationTargetWorkload, one entry per profile), so that
 // kubectl gpu reads the target as the scheduler holds it: learned from
@@ -38,7 +43,11 @@ type publisher struct {
 	// it, its entry says so (no holder) and it writes only if no
 	// elected leader holds the lease.
 	elected bool
+	// last is the target last written or found on the lease; checked when
+	// the lease was last read or written for it (for an entry too recent to
+	// replace, the entry's time).
 	last    *gpu.Workload
+	checked time.Time
 }
 
 func newPublisher(client kubernetes.Interface, lease, profile string, elected bool, leading func() bool,
@@ -61,7 +70,7 @@ func (p *publisher) publish(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	wl, exported := p.export(now)
-	if wl == nil || wl == p.last {
+	if wl == nil || (wl == p.last && now.Sub(p.checked) < republishAfter) {
 		return nil
 	}
 	for attempt := 0; attempt < 3; attempt++ {
@@ -84,13 +93,21 @@ func (p *publisher) publish(ctx context.Context, now time.Time) error {
 			// The profile's elected leader publishes there: a process
 			// of the same profile without leader election does not
 			// overwrite it.
-			p.last = wl
+			p.last, p.checked = wl, now
 			return nil
 		}
 		exported.Holder = holder
-		if old, ok := all[p.profile]; ok && old.Holder == holder && old.SameLearning(exported) {
-			p.last = wl // a rebuild that changed nothing
-			return nil
+		// The same tasks: written once the weights learned since are a
+		// minute old (and differ).
+		if old, ok := all[p.profile]; ok && old.Holder == holder && old.SameTasks(exported) {
+			if old.SameWeights(exported) {
+				p.last, p.checked = wl, now
+				return nil
+			}
+			if now.Sub(old.At) < republishAfter {
+				p.last, p.checked = wl, old.At
+				return nil
+			}
 		}
 		all[p.profile] = exported
 		b, err := json.Marshal(all)
@@ -109,7 +126,7 @@ func (p *publisher) publish(ctx context.Context, now time.Time) error {
 		if err != nil {
 			return err
 		}
-		p.last = wl
+		p.last, p.checked = wl, now
 		return nil
 	}
 	return nil

@@ -93,30 +93,33 @@ func TestPublishLearnedTarget(t *testing.T) {
 	if err := p.publish(ctx, now.Add(2*time.Minute)); err != nil || updates != 2 {
 		t.Errorf("the same tasks written again: %v, %d updates", err, updates)
 	}
-	// The same tasks learned from many more pods: written, since one more
-	// pod then moves the target less (whatif goes on learning from it).
+	// The same tasks learned from more pods: written once the entry is
+	// a minute old, so that a reader replays only the pods since.
 	learner = gpu.NewLearner(1, 0)
-	for i := 0; i < 10; i++ {
-		learner.Observe(fmt.Sprint("a", i), &gpu.Request{Milli: 500, CPU: 1000})
+	observe := func(from, to int) {
+		for i := from; i < to; i++ {
+			learner.Observe(fmt.Sprint("a", i), &gpu.Request{Milli: 500, CPU: 1000})
+		}
 	}
-	if err := p.publish(ctx, now.Add(150*time.Second)); err != nil || updates != 3 {
+	observe(0, 10)
+	at := now.Add(150 * time.Second)
+	if err := p.publish(ctx, at); err != nil || updates != 3 {
 		t.Fatalf("a learned target not written: %v, %d updates", err, updates)
 	}
-	for i := 10; i < 11; i++ { // a tenth more: not yet
-		learner.Observe(fmt.Sprint("a", i), &gpu.Request{Milli: 500, CPU: 1000})
+	observe(10, 13)
+	if err := p.publish(ctx, at.Add(30*time.Second)); err != nil || updates != 3 {
+		t.Errorf("the same tasks written again within a minute: %v, %d updates", err, updates)
 	}
-	if err := p.publish(ctx, now.Add(160*time.Second)); err != nil || updates != 3 {
-		t.Errorf("a tenth more pods written again: %v, %d updates", err, updates)
-	}
-	for i := 11; i < 13; i++ {
-		learner.Observe(fmt.Sprint("a", i), &gpu.Request{Milli: 500, CPU: 1000})
-	}
-	if err := p.publish(ctx, now.Add(170*time.Second)); err != nil || updates != 4 {
-		t.Errorf("13 pods against 10 not written: %v, %d updates", err, updates)
+	if err := p.publish(ctx, at.Add(61*time.Second)); err != nil || updates != 4 {
+		t.Errorf("the same tasks learned from more pods not written after a minute: %v, %d updates", err, updates)
 	}
 	got, _ = client.CoordinationV1().Leases("kube-system").Get(ctx, "gpu-scheduler", metav1.GetOptions{})
-	if e := all0(got)["gpu-scheduler"]; e.SeenPods != 13 || e.Pods != 13 {
-		t.Errorf("published %v and %v pods, want 13", e.Pods, e.SeenPods)
+	if e := all0(got)["gpu-scheduler"]; e.SeenPods != 13 || len(e.Kinds) != 1 || e.Kinds[0].Weight != 13 || len(e.Recent) != 13 || e.Recent[12] != "a12" {
+		t.Errorf("published %+v", e)
+	}
+	// Nothing learned since: nothing written, however old.
+	if err := p.publish(ctx, at.Add(10*time.Minute)); err != nil || updates != 4 {
+		t.Errorf("an unchanged target written again: %v, %d updates", err, updates)
 	}
 	// A process of the same profile without leader election does not
 	// overwrite the elected leader's entry.
