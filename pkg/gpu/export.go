@@ -3,6 +3,7 @@ package gpu
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -96,6 +97,36 @@ func ExportedWorkloads(annotation string) (map[string]ExportedWorkload, error) {
 	return out, nil
 }
 
+// SimilarTasks reports whether two exports hold the same kinds of task,
+// each weighing within a hundredth of its share the same.
+func (e ExportedWorkload) SimilarTasks(o ExportedWorkload) bool {
+	return slices.EqualFunc(e.Tasks, o.Tasks, func(a, b ExportedTask) bool {
+		w := a.Weight
+		a.Weight = b.Weight
+		return sameTask(a, b) && math.Abs(w-b.Weight) <= 0.01
+	})
+}
+
+// Trim drops the last pods named and the lightest kinds past the tasks'
+// until the export takes at most budget bytes of JSON, or they are gone:
+// annotations share a limit, and the lease is written at every renewal.
+func (e *ExportedWorkload) Trim(budget int) {
+	for {
+		b, err := json.Marshal(e)
+		if err != nil || len(b) <= budget {
+			return
+		}
+		switch {
+		case len(e.Recent) > 0:
+			e.Recent = e.Recent[(len(e.Recent)+1)/2:] // keep the newest
+		case len(e.Kinds) > len(e.Tasks):
+			e.Kinds = e.Kinds[:max(len(e.Tasks), len(e.Kinds)*3/4)]
+		default:
+			return
+		}
+	}
+}
+
 // SameWeights reports whether two exports were learned from the same pods,
 // as far as their weights tell.
 func (e ExportedWorkload) SameWeights(o ExportedWorkload) bool {
@@ -104,9 +135,11 @@ func (e ExportedWorkload) SameWeights(o ExportedWorkload) bool {
 
 // SameTasks reports whether two exports hold the same tasks.
 func (e ExportedWorkload) SameTasks(o ExportedWorkload) bool {
-	return slices.EqualFunc(e.Tasks, o.Tasks, func(a, b ExportedTask) bool {
-		return a.CPUMilli == b.CPUMilli && a.MemoryMiB == b.MemoryMiB && a.GPUMilli == b.GPUMilli && a.GPUCount == b.GPUCount &&
-			a.Weight == b.Weight && slices.Equal(a.Models, b.Models) && slices.Equal(a.ModelsInclude, b.ModelsInclude) &&
-			slices.Equal(a.ModelsExclude, b.ModelsExclude)
-	})
+	return slices.EqualFunc(e.Tasks, o.Tasks, sameTask)
+}
+
+func sameTask(a, b ExportedTask) bool {
+	return a.CPUMilli == b.CPUMilli && a.MemoryMiB == b.MemoryMiB && a.GPUMilli == b.GPUMilli && a.GPUCount == b.GPUCount &&
+		a.Weight == b.Weight && slices.Equal(a.Models, b.Models) && slices.Equal(a.ModelsInclude, b.ModelsInclude) &&
+		slices.Equal(a.ModelsExclude, b.ModelsExclude)
 }

@@ -1196,3 +1196,65 @@ func cmpTasks(x, y Task) int {
 	}
 	return int(x.CPU - y.CPU)
 }
+
+// An export is trimmed to a budget: the pods named first (the newest kept),
+// then the lightest kinds past the tasks; the tasks stay whole, over the
+// budget if they must. Similar
+// tasks are the same kinds within a hundredth of weight.
+func TestExportTrimAndSimilar(t *testing.T) {
+	export := func(model string) ExportedWorkload {
+		l := NewLearner(0.5, 0)
+		for i := 0; i < 2000; i++ {
+			r := Request{Count: 1, CPU: int64(1000 + i%300), Models: ModelSelector{Exact: []string{fmt.Sprint(model, i%300)}}}
+			l.Observe(fmt.Sprint("p", i), &r)
+		}
+		_, e := l.Export(time.Now())
+		return e
+	}
+	for _, tc := range []struct {
+		name   string
+		model  string
+		fits   bool // the tasks alone fit the budget
+		budget int
+	}{{"models as GFD names them", "NVIDIA-A100-SXM4-", true, 16 << 10}, {"the longest models learned", strings.Repeat("x", 200), false, 16 << 10}} {
+		e := export(tc.model)
+		full, _ := json.Marshal(e)
+		if len(e.Kinds) != MaxExportedKinds || len(e.Recent) != maxExportedRecent || len(full) <= tc.budget {
+			t.Fatalf("%s: not over the budget: %d kinds, %d pods, %d bytes", tc.name, len(e.Kinds), len(e.Recent), len(full))
+		}
+		tasks := slices.Clone(e.Tasks)
+		e.Trim(tc.budget)
+		b, _ := json.Marshal(e)
+		if (len(b) <= tc.budget) != tc.fits || len(e.Recent) != 0 || len(e.Kinds) < len(e.Tasks) || !slices.EqualFunc(e.Tasks, tasks, sameTask) {
+			t.Errorf("%s: trimmed to %d bytes, %d pods named, %d kinds for %d tasks", tc.name, len(b), len(e.Recent), len(e.Kinds), len(e.Tasks))
+		}
+		if !tc.fits && len(e.Kinds) != len(e.Tasks) {
+			t.Errorf("%s: %d kinds kept over the budget, want the tasks' %d", tc.name, len(e.Kinds), len(e.Tasks))
+		}
+		if e.Kinds[0].Weight < e.Kinds[len(e.Kinds)-1].Weight {
+			t.Errorf("%s: the heaviest kinds were dropped", tc.name)
+		}
+	}
+	small := ExportedWorkload{Tasks: []ExportedTask{{CPUMilli: 1, GPUMilli: 1000, GPUCount: 1, Weight: 1}},
+		Kinds:  []ExportedTask{{CPUMilli: 1, GPUMilli: 1000, GPUCount: 1, Weight: 2}, {CPUMilli: 2, GPUMilli: 1000, GPUCount: 1, Weight: 1}},
+		Recent: []string{"a", "b"}}
+	small.Trim(16 << 10)
+	if len(small.Recent) != 2 || len(small.Kinds) != 2 {
+		t.Error("an export under the budget trimmed")
+	}
+
+	a := ExportedWorkload{Tasks: []ExportedTask{{CPUMilli: 1000, GPUMilli: 1000, GPUCount: 1, Weight: 0.6}, {CPUMilli: 1000, GPUMilli: 500, GPUCount: 1, Weight: 0.4}}}
+	b2 := ExportedWorkload{Tasks: slices.Clone(a.Tasks)}
+	b2.Tasks[0].Weight, b2.Tasks[1].Weight = 0.605, 0.395
+	if !a.SimilarTasks(b2) || a.SameTasks(b2) {
+		t.Error("weights within a hundredth: similar, not the same")
+	}
+	b2.Tasks[0].Weight, b2.Tasks[1].Weight = 0.62, 0.38
+	if a.SimilarTasks(b2) {
+		t.Error("weights two hundredths apart: similar")
+	}
+	b2.Tasks = b2.Tasks[:1]
+	if a.SimilarTasks(b2) {
+		t.Error("another set of kinds: similar")
+	}
+}

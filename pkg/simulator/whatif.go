@@ -165,16 +165,27 @@ func (d *Deployed) ResumeWorkload(ctx context.Context, e gpu.ExportedWorkload, p
 	return true, nil
 }
 
+// tried: the scheduler has said whether the pod fits (PodScheduled).
+func tried(p *v1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodScheduled {
+			return true
+		}
+	}
+	return false
+}
+
 // exportSlack is how long before an export a pod may have been created and
 // not yet observed by the scheduler (the export's time and creation times
 // have second precision, and a pod is tried moments after it is created).
 const exportSlack = 2 * time.Second
 
 // SinceExport splits the profile's pods (oldest first) into those an export
-// stands for and those the scheduler observed after it: created after the
-// export's time less exportSlack, and not among the last it had observed.
-// A pod held by scheduling gates is in neither: the scheduler has not
-// tried it yet.
+// stands for and those the scheduler observed after it, or has yet to: a
+// pending pod it never tried, and one created after the export's time less
+// exportSlack, not among the last it had observed. A pod held by scheduling
+// gates is in neither: the scheduler has not tried it yet. The split is by
+// the API server's clock against the scheduler's, within exportSlack.
 func SinceExport(e gpu.ExportedWorkload, pods []*v1.Pod) (before, after []*v1.Pod) {
 	recent := make(map[string]bool, len(e.Recent))
 	for _, uid := range e.Recent {
@@ -183,7 +194,11 @@ func SinceExport(e gpu.ExportedWorkload, pods []*v1.Pod) (before, after []*v1.Po
 	for _, p := range pods {
 		switch {
 		case len(p.Spec.SchedulingGates) > 0:
-		case recent[string(p.UID)] || p.CreationTimestamp.Time.Before(e.At.Add(-exportSlack)):
+		case recent[string(p.UID)]:
+			before = append(before, p)
+		case p.Spec.NodeName == "" && !tried(p):
+			after = append(after, p) // in the queue still, or in flight
+		case p.CreationTimestamp.Time.Before(e.At.Add(-exportSlack)):
 			before = append(before, p)
 		default:
 			after = append(after, p)

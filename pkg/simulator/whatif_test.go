@@ -254,9 +254,14 @@ func TestWhatIfLearnsFromThePodsItPlaces(t *testing.T) {
 		// in the export's second and observed before it (named among its
 		// recent pods); created after it; held by a gate.
 		pending, edge, late, gated := draw(rng, "pending", 3), draw(rng, "edge", 4), draw(rng, "late", 3), draw(rng, "gated", 1)
+		// Created before the export, but not tried by then (a backlog).
+		untried := draw(rng, "untried", 2)
+		for _, p := range slices.Concat(pending, edge, late) {
+			p.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: v1.PodReasonUnschedulable}}
+		}
 		pods := slices.Concat(pending, draw(rng, "new", 9))
 		at := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
-		for _, p := range slices.Concat(bound, pending) {
+		for _, p := range slices.Concat(bound, pending, untried) {
 			p.CreationTimestamp = metav1.NewTime(at.Add(-time.Hour))
 		}
 		for _, p := range edge {
@@ -271,7 +276,7 @@ func TestWhatIfLearnsFromThePodsItPlaces(t *testing.T) {
 
 		sched := deployed(slices.Concat(deleted, bound, pending, edge))
 		_, export := sched.Learner().Export(at)
-		sched.Observe(ctx, late)
+		sched.Observe(ctx, slices.Concat(untried, late))
 		want, _ := place(sched, pods)
 		sched.Close()
 		raw, err := json.Marshal(export)
@@ -284,7 +289,7 @@ func TestWhatIfLearnsFromThePodsItPlaces(t *testing.T) {
 		}
 
 		// The pods that exist, oldest first, as kubectl gpu reads them.
-		existing := slices.Concat(bound, pending, edge, late[:2], gated, late[2:])
+		existing := slices.Concat(bound, pending, untried, edge, late[:2], gated, late[2:])
 		resumed, pinned := deployed(existing), deployed(existing)
 		if ok, err := resumed.ResumeWorkload(ctx, published, existing); err != nil || !ok {
 			t.Fatalf("ResumeWorkload: %v, %v", ok, err)

@@ -444,11 +444,12 @@ func LearnerOf(h fwk.Handle) *gpu.Learner { return shared.For(h).Learner() }
 // learner published (kubectl gpu: the scheduler's), as the scheduler goes
 // on learning from the pods it sees. Where the profile does not learn, or
 // the export does not say what it was learned from (a scheduler from
-// before it did), the target is pinned as published (resumed false).
+// before it did; or not in a form a learner takes), the target is pinned
+// as published (resumed false).
 func ResumeWorkload(h fwk.Handle, e gpu.ExportedWorkload) (resumed bool, err error) {
 	s := shared.For(h)
-	if l := s.Learner(); l != nil && (e.SeenPods != 0 || len(e.Kinds) != 0) {
-		return true, l.Resume(e)
+	if l := s.Learner(); l != nil && (e.SeenPods != 0 || len(e.Kinds) != 0) && l.Resume(e) == nil {
+		return true, nil
 	}
 	wl, err := e.Workload()
 	if err != nil {

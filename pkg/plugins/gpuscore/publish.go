@@ -25,6 +25,9 @@ var publishPeriod = 10 * time.Second
 // created after the entry, and deleted ones are gone (a variable for tests).
 var republishAfter = time.Minute
 
+// maxEntryBytes bounds a profile's entry on the lease (gpu.ExportedWorkload.Trim).
+const maxEntryBytes = 16 << 10
+
 // publisher writes the profile's learned target on the scheduler's lease
 // (annotation gpu.AnnotationTargetWorkload, one entry per profile), so that
 // kubectl gpu reads the target as the scheduler holds it: learned from
@@ -59,7 +62,8 @@ func newPublisher(client kubernetes.Interface, lease, profile string, elected bo
 func (p *publisher) run(ctx context.Context) {
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		if err := p.publish(ctx, time.Now()); err != nil {
-			klog.FromContext(ctx).V(2).Info("could not publish the learned target workload", "lease", klog.KRef(p.ns, p.name), "err", err)
+			// kubectl gpu then reads a stale target, or none.
+			klog.FromContext(ctx).Error(err, "could not publish the learned target workload", "lease", klog.KRef(p.ns, p.name))
 		}
 	}, publishPeriod)
 }
@@ -97,10 +101,12 @@ func (p *publisher) publish(ctx context.Context, now time.Time) error {
 			return nil
 		}
 		exported.Holder = holder
-		// The same tasks: written once the weights learned since are a
-		// minute old (and differ).
-		if old, ok := all[p.profile]; ok && old.Holder == holder && old.SameTasks(exported) {
-			if old.SameWeights(exported) {
+		exported.Trim(maxEntryBytes)
+		// Tasks that weigh nearly the same: written once the entry is a
+		// minute old, if anything was learned since (readers replay the
+		// pods after it); other tasks at once.
+		if old, ok := all[p.profile]; ok && old.Holder == holder && old.SimilarTasks(exported) {
+			if old.SameTasks(exported) && old.SameWeights(exported) {
 				p.last, p.checked = wl, now
 				return nil
 			}
