@@ -36,6 +36,8 @@ type ExportedWorkload struct {
 	GroupedCPU  bool           `json:"groupedCPU,omitempty"`
 	Kinds       []ExportedTask `json:"kinds,omitempty"`
 	Recent      []string       `json:"recent,omitempty"`
+	// Trimmed: kinds or pods named were left out to fit the lease (Trim).
+	Trimmed bool `json:"trimmed,omitempty"`
 }
 
 // ExportedTask is one typical pod of an exported workload.
@@ -107,24 +109,77 @@ func (e ExportedWorkload) SimilarTasks(o ExportedWorkload) bool {
 	})
 }
 
-// Trim drops the last pods named and the lightest kinds past the tasks'
-// until the export takes at most budget bytes of JSON, or they are gone:
-// annotations share a limit, and the lease is written at every renewal.
+// minTrimmedRecent is how many of the pods named a trimmed export keeps
+// while it has kinds to drop: they tell the pods created in the export's
+// last seconds that the learner had observed.
+const minTrimmedRecent = 32
+
+// Trim shrinks the export to at most budget bytes of JSON, or as near as it
+// can, marking it Trimmed: it drops the pods named but the newest
+// minTrimmedRecent, then the lightest kinds that are none of the tasks',
+// then the rest of the pods named. The tasks, and the kinds they were
+// learned as, stay. Annotations share a limit, and the lease is written
+// at every renewal.
 func (e *ExportedWorkload) Trim(budget int) {
-	for {
+	size := func() int {
 		b, err := json.Marshal(e)
-		if err != nil || len(b) <= budget {
+		if err != nil {
+			return 0
+		}
+		return len(b)
+	}
+	for size() > budget {
+		e.Trimmed = true
+		if len(e.Recent) > minTrimmedRecent {
+			e.Recent = e.Recent[len(e.Recent)-max(minTrimmedRecent, len(e.Recent)/2):] // keep the newest
+			continue
+		}
+		if e.dropLightKinds() {
+			continue
+		}
+		if len(e.Recent) == 0 {
 			return
 		}
-		switch {
-		case len(e.Recent) > 0:
-			e.Recent = e.Recent[(len(e.Recent)+1)/2:] // keep the newest
-		case len(e.Kinds) > len(e.Tasks):
-			e.Kinds = e.Kinds[:max(len(e.Tasks), len(e.Kinds)*3/4)]
-		default:
-			return
+		e.Recent = e.Recent[len(e.Recent)-len(e.Recent)/2:]
+	}
+}
+
+// dropLightKinds drops the lightest quarter (at least one) of the kinds
+// that are none of the tasks'; false if there are none.
+func (e *ExportedWorkload) dropLightKinds() bool {
+	key := func(t ExportedTask) ExportedTask {
+		if e.GroupedCPU {
+			t.CPUMilli = cpuBucket(t.CPUMilli)
+		}
+		t.MemoryMiB, t.Weight = 0, 0 // a kind's mean memory moves after its task was built
+		return t
+	}
+	isTask := make([]bool, len(e.Kinds))
+	n := 0
+	for i, k := range e.Kinds {
+		isTask[i] = slices.ContainsFunc(e.Tasks, func(t ExportedTask) bool { return sameTask(key(t), key(k)) })
+		if !isTask[i] {
+			n++
 		}
 	}
+	if n == 0 {
+		return false
+	}
+	drop := make([]bool, len(e.Kinds))
+	for i, left := len(e.Kinds)-1, max(1, n/4); i >= 0 && left > 0; i-- { // the lightest last
+		if !isTask[i] {
+			drop[i] = true
+			left--
+		}
+	}
+	var kept []ExportedTask
+	for i, k := range e.Kinds {
+		if !drop[i] {
+			kept = append(kept, k)
+		}
+	}
+	e.Kinds = kept
+	return true
 }
 
 // SameWeights reports whether two exports were learned from the same pods,

@@ -1150,6 +1150,7 @@ func TestLearnerResume(t *testing.T) {
 		"a negative pending": func(e *ExportedWorkload) { e.PendingPods = -1 },
 		"pending over seen":  func(e *ExportedWorkload) { e.PendingPods = 2 },
 		"an absurd total":    func(e *ExportedWorkload) { e.SeenPods = 1e300 },
+		"no time":            func(e *ExportedWorkload) { e.At = time.Time{} },
 		"a negative kind": func(e *ExportedWorkload) {
 			e.Kinds = []ExportedTask{{CPUMilli: 1, GPUCount: 1, GPUMilli: 1000, Weight: -1}}
 		},
@@ -1197,49 +1198,82 @@ func cmpTasks(x, y Task) int {
 	return int(x.CPU - y.CPU)
 }
 
-// An export is trimmed to a budget: the pods named first (the newest kept),
-// then the lightest kinds past the tasks; the tasks stay whole, over the
-// budget if they must. Similar
-// tasks are the same kinds within a hundredth of weight.
+// An export is trimmed to a budget: the pods named but the newest 32 first,
+// then the lightest kinds that are none of the tasks', then the rest of the
+// pods named; the tasks and their kinds stay, over the budget if they must.
+// Similar tasks are the same kinds within a hundredth of weight.
 func TestExportTrimAndSimilar(t *testing.T) {
+	uid := func(i int) string { return fmt.Sprintf("%08d-0000-4000-8000-000000000000", i) }
 	export := func(model string) ExportedWorkload {
 		l := NewLearner(0.5, 0)
 		for i := 0; i < 2000; i++ {
 			r := Request{Count: 1, CPU: int64(1000 + i%300), Models: ModelSelector{Exact: []string{fmt.Sprint(model, i%300)}}}
-			l.Observe(fmt.Sprint("p", i), &r)
+			l.Observe(uid(i), &r)
 		}
 		_, e := l.Export(time.Now())
 		return e
 	}
+	gfd := export("NVIDIA-A100-SXM4-80GB-")
+	full, _ := json.Marshal(gfd)
+	t.Logf("an export of %d kinds named as GFD does, %d tasks, %d pods named: %d bytes", len(gfd.Kinds), len(gfd.Tasks), len(gfd.Recent), len(full))
+	taskKind := func(e ExportedWorkload, k ExportedTask) bool {
+		return slices.ContainsFunc(e.Tasks, func(t ExportedTask) bool { t.Weight, t.MemoryMiB = k.Weight, k.MemoryMiB; return sameTask(t, k) })
+	}
 	for _, tc := range []struct {
 		name   string
 		model  string
-		fits   bool // the tasks alone fit the budget
 		budget int
-	}{{"models as GFD names them", "NVIDIA-A100-SXM4-", true, 16 << 10}, {"the longest models learned", strings.Repeat("x", 200), false, 16 << 10}} {
+		// What is left: the pods named, and whether any kind past the
+		// tasks' is; fits: within the budget.
+		recent    int
+		pastTasks bool
+		fits      bool
+	}{
+		{"the whole export fits", "NVIDIA-A100-SXM4-80GB-", len(full), maxExportedRecent, true, true},
+		{"a few bytes over", "NVIDIA-A100-SXM4-80GB-", len(full) - 100, 64, true, true},
+		{"the pods named trimmed", "NVIDIA-A100-SXM4-80GB-", len(full) - 3500, minTrimmedRecent, true, true},
+		{"kinds trimmed", "NVIDIA-A100-SXM4-80GB-", len(full) - 6000, minTrimmedRecent, true, true},
+		{"all but the tasks' kinds", "NVIDIA-A100-SXM4-80GB-", len(full) - 12000, 0, false, false},
+		{"the longest models learned", strings.Repeat("x", 200), 16 << 10, 0, false, false},
+	} {
 		e := export(tc.model)
-		full, _ := json.Marshal(e)
-		if len(e.Kinds) != MaxExportedKinds || len(e.Recent) != maxExportedRecent || len(full) <= tc.budget {
-			t.Fatalf("%s: not over the budget: %d kinds, %d pods, %d bytes", tc.name, len(e.Kinds), len(e.Recent), len(full))
-		}
+		before := slices.Clone(e.Kinds)
 		tasks := slices.Clone(e.Tasks)
 		e.Trim(tc.budget)
 		b, _ := json.Marshal(e)
-		if (len(b) <= tc.budget) != tc.fits || len(e.Recent) != 0 || len(e.Kinds) < len(e.Tasks) || !slices.EqualFunc(e.Tasks, tasks, sameTask) {
-			t.Errorf("%s: trimmed to %d bytes, %d pods named, %d kinds for %d tasks", tc.name, len(b), len(e.Recent), len(e.Kinds), len(e.Tasks))
+		past := slices.ContainsFunc(e.Kinds, func(k ExportedTask) bool { return !taskKind(e, k) })
+		if (len(b) <= tc.budget) != tc.fits || len(e.Recent) != tc.recent || past != tc.pastTasks || !slices.EqualFunc(e.Tasks, tasks, sameTask) ||
+			e.Trimmed != (tc.budget < len(full)) {
+			t.Errorf("%s: trimmed to %d bytes of %d, %d pods named, %d kinds for %d tasks (past them: %v), trimmed %v",
+				tc.name, len(b), tc.budget, len(e.Recent), len(e.Kinds), len(e.Tasks), past, e.Trimmed)
 		}
-		if !tc.fits && len(e.Kinds) != len(e.Tasks) {
-			t.Errorf("%s: %d kinds kept over the budget, want the tasks' %d", tc.name, len(e.Kinds), len(e.Tasks))
+		// The newest pods named, the tasks' kinds and the heaviest others.
+		if len(e.Recent) > 0 && e.Recent[len(e.Recent)-1] != uid(1999) {
+			t.Errorf("%s: the newest pod named dropped: %v", tc.name, e.Recent[len(e.Recent)-1])
 		}
-		if e.Kinds[0].Weight < e.Kinds[len(e.Kinds)-1].Weight {
-			t.Errorf("%s: the heaviest kinds were dropped", tc.name)
+		var want []ExportedTask
+		for _, k := range before {
+			if taskKind(e, k) {
+				want = append(want, k)
+			}
+		}
+		for _, k := range before {
+			if !taskKind(e, k) && len(want) < len(e.Kinds) {
+				want = append(want, k)
+			}
+		}
+		got := slices.Clone(e.Kinds)
+		slices.SortFunc(got, func(a, b ExportedTask) int { return int(a.CPUMilli - b.CPUMilli) })
+		slices.SortFunc(want, func(a, b ExportedTask) int { return int(a.CPUMilli - b.CPUMilli) })
+		if !slices.EqualFunc(got, want, sameTask) {
+			t.Errorf("%s: kept kinds other than the tasks' and the heaviest", tc.name)
 		}
 	}
 	small := ExportedWorkload{Tasks: []ExportedTask{{CPUMilli: 1, GPUMilli: 1000, GPUCount: 1, Weight: 1}},
 		Kinds:  []ExportedTask{{CPUMilli: 1, GPUMilli: 1000, GPUCount: 1, Weight: 2}, {CPUMilli: 2, GPUMilli: 1000, GPUCount: 1, Weight: 1}},
 		Recent: []string{"a", "b"}}
 	small.Trim(16 << 10)
-	if len(small.Recent) != 2 || len(small.Kinds) != 2 {
+	if len(small.Recent) != 2 || len(small.Kinds) != 2 || small.Trimmed {
 		t.Error("an export under the budget trimmed")
 	}
 

@@ -584,6 +584,9 @@ func (l *Learner) Resume(e ExportedWorkload) error {
 	if !(e.SeenPods > 0 && e.SeenPods < 1e15) || !(e.PendingPods >= 0 && e.PendingPods <= e.SeenPods) || len(e.Kinds) == 0 {
 		return fmt.Errorf("the target was published without what the scheduler learned it from (its kinds and their weight)")
 	}
+	if e.At.IsZero() {
+		return fmt.Errorf("the target was published without its time")
+	}
 	wl, err := e.Workload()
 	if err != nil {
 		return err

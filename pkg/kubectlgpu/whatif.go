@@ -243,9 +243,10 @@ func (o *Options) view(ctx context.Context, policy string) (*view, error) {
 		// pods; without it, what its profile learns from the pods here.
 		e, by, err := o.published(ctx, publishTo)
 		var resumed bool
+		var why string
 		if err == nil && e != nil {
 			// The scheduler's pods after the export are learned again.
-			if resumed, err = d.ResumeWorkload(ctx, *e, seen); err != nil {
+			if resumed, why, err = d.ResumeWorkload(ctx, *e, seen); err != nil {
 				err = fmt.Errorf("lease %s, profile %s: %w", publishTo, o.SchedulerName, err)
 			}
 		}
@@ -256,11 +257,13 @@ func (o *Options) view(ctx context.Context, policy string) (*view, error) {
 			v.targetNote = "the scheduler has not published its learned target on lease " + publishTo + " yet: approximated from the pods that exist now"
 		default:
 			v.published = "the scheduler's own, published on lease " + publishTo + " " + by
-			if !resumed {
-				// A scheduler from before the export said what it
-				// learned the target from.
-				v.targetNote = "the scheduler's published target does not say what it was learned from: whatif keeps it as published, " +
+			switch {
+			case !resumed:
+				v.targetNote = "the scheduler's published target: " + why + ": whatif keeps it as published, " +
 					"where the scheduler goes on learning from each pod"
+			case e.Trimmed:
+				v.targetNote = "the scheduler's published target was trimmed to fit its lease (the lightest kinds of pod it learned, " +
+					"or the pods it observed last): whatif learns on from it, and may differ from the scheduler"
 			}
 		}
 	}

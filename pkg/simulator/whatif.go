@@ -85,6 +85,15 @@ func NewDeployed(ctx context.Context, prof *config.KubeSchedulerProfile, nodes [
 	if err != nil {
 		return nil, err
 	}
+	// The copy has no queue, and its informers none of the pods: the
+	// requeue reconciler would only sweep away, as their pods' gone, the
+	// reservations that hold what it placed.
+	prof = prof.DeepCopy()
+	for _, pc := range prof.PluginConfig {
+		if a, ok := pc.Args.(*ourconfig.GPUFitArgs); ok {
+			a.Requeue.Enabled = false
+		}
+	}
 	client, _ := newClient()
 	// Quiet: a command's output is not the place for the framework's logs
 	// (its errors come back as errors).
@@ -150,10 +159,10 @@ func (d *Deployed) PinWorkload(wl *gpu.Workload) { gpufit.PinWorkload(d.fw, wl) 
 // pins the target as published. pods are the profile's pods that exist,
 // oldest first: those the export stands for are taken as seen, and those
 // the scheduler learned since (or will) are learned here, in order.
-func (d *Deployed) ResumeWorkload(ctx context.Context, e gpu.ExportedWorkload, pods []*v1.Pod) (bool, error) {
-	resumed, err := gpufit.ResumeWorkload(d.fw, e)
+func (d *Deployed) ResumeWorkload(ctx context.Context, e gpu.ExportedWorkload, pods []*v1.Pod) (resumed bool, why string, err error) {
+	resumed, why, err = gpufit.ResumeWorkload(d.fw, e)
 	if !resumed || err != nil {
-		return resumed, err
+		return resumed, why, err
 	}
 	before, after := SinceExport(e, pods)
 	uids := make([]string, len(before))
@@ -162,17 +171,24 @@ func (d *Deployed) ResumeWorkload(ctx context.Context, e gpu.ExportedWorkload, p
 	}
 	d.Learner().MarkSeen(uids...)
 	d.Observe(ctx, after)
-	return true, nil
+	return true, "", nil
+}
+
+// firstTried is when the scheduler first found the pod would not fit (the
+// PodScheduled condition turned False then, and stays so while it waits);
+// ok false if it never said so.
+func firstTried(p *v1.Pod) (at time.Time, ok bool) {
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodScheduled {
+			return c.LastTransitionTime.Time, c.Status == v1.ConditionFalse
+		}
+	}
+	return time.Time{}, false
 }
 
 // tried: the scheduler has said whether the pod fits (PodScheduled).
 func tried(p *v1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == v1.PodScheduled {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(p.Status.Conditions, func(c v1.PodCondition) bool { return c.Type == v1.PodScheduled })
 }
 
 // exportSlack is how long before an export a pod may have been created and
@@ -181,24 +197,31 @@ func tried(p *v1.Pod) bool {
 const exportSlack = 2 * time.Second
 
 // SinceExport splits the profile's pods (oldest first) into those an export
-// stands for and those the scheduler observed after it, or has yet to: a
-// pending pod it never tried, and one created after the export's time less
-// exportSlack, not among the last it had observed. A pod held by scheduling
-// gates is in neither: the scheduler has not tried it yet. The split is by
-// the API server's clock against the scheduler's, within exportSlack.
+// stands for and those the scheduler observed after it, or has yet to. A
+// pod the export names among the last observed is before it. A pending pod
+// the scheduler never tried is after it; one it tried and found no room
+// for is split by when it was first tried, any other by when it was
+// created: after the export's time less exportSlack is after it. A pod
+// held by scheduling gates, or deleted before it was tried, is in neither:
+// the scheduler will not try it. The split is by the API server's clock
+// against the scheduler's, within exportSlack.
 func SinceExport(e gpu.ExportedWorkload, pods []*v1.Pod) (before, after []*v1.Pod) {
 	recent := make(map[string]bool, len(e.Recent))
 	for _, uid := range e.Recent {
 		recent[uid] = true
 	}
 	for _, p := range pods {
+		at := p.CreationTimestamp.Time
+		if t, ok := firstTried(p); ok && p.Spec.NodeName == "" && t.After(at) {
+			at = t
+		}
 		switch {
-		case len(p.Spec.SchedulingGates) > 0:
 		case recent[string(p.UID)]:
 			before = append(before, p)
+		case len(p.Spec.SchedulingGates) > 0 || p.Spec.NodeName == "" && !tried(p) && p.DeletionTimestamp != nil:
 		case p.Spec.NodeName == "" && !tried(p):
 			after = append(after, p) // in the queue still, or in flight
-		case p.CreationTimestamp.Time.Before(e.At.Add(-exportSlack)):
+		case at.Before(e.At.Add(-exportSlack)):
 			before = append(before, p)
 		default:
 			after = append(after, p)

@@ -246,6 +246,7 @@ func TestWhatIfLearnsFromThePodsItPlaces(t *testing.T) {
 		return d
 	}
 	missed := 0
+	at := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
 	for seed := int64(0); seed < 40; seed++ {
 		rng := rand.New(rand.NewSource(seed))
 		deleted := draw(rng, "gone", 10+rng.Intn(150))
@@ -254,14 +255,20 @@ func TestWhatIfLearnsFromThePodsItPlaces(t *testing.T) {
 		// in the export's second and observed before it (named among its
 		// recent pods); created after it; held by a gate.
 		pending, edge, late, gated := draw(rng, "pending", 3), draw(rng, "edge", 4), draw(rng, "late", 3), draw(rng, "gated", 1)
-		// Created before the export, but not tried by then (a backlog).
-		untried := draw(rng, "untried", 2)
+		// Created before the export, but not tried by then (a backlog):
+		// untried still, or first tried after it; and one deleted before
+		// the scheduler tried it.
+		untried, retried, deleting := draw(rng, "untried", 2), draw(rng, "retried", 2), draw(rng, "deleting", 1)
+		for _, p := range retried {
+			p.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: v1.PodReasonUnschedulable,
+				LastTransitionTime: metav1.NewTime(at.Add(time.Second))}}
+		}
+		deleting[0].DeletionTimestamp = ptr.To(metav1.NewTime(at.Add(time.Second)))
 		for _, p := range slices.Concat(pending, edge, late) {
 			p.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: v1.PodReasonUnschedulable}}
 		}
 		pods := slices.Concat(pending, draw(rng, "new", 9))
-		at := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
-		for _, p := range slices.Concat(bound, pending, untried) {
+		for _, p := range slices.Concat(bound, pending, untried, retried, deleting) {
 			p.CreationTimestamp = metav1.NewTime(at.Add(-time.Hour))
 		}
 		for _, p := range edge {
@@ -276,7 +283,7 @@ func TestWhatIfLearnsFromThePodsItPlaces(t *testing.T) {
 
 		sched := deployed(slices.Concat(deleted, bound, pending, edge))
 		_, export := sched.Learner().Export(at)
-		sched.Observe(ctx, slices.Concat(untried, late))
+		sched.Observe(ctx, slices.Concat(untried, retried, late))
 		want, _ := place(sched, pods)
 		sched.Close()
 		raw, err := json.Marshal(export)
@@ -289,10 +296,10 @@ func TestWhatIfLearnsFromThePodsItPlaces(t *testing.T) {
 		}
 
 		// The pods that exist, oldest first, as kubectl gpu reads them.
-		existing := slices.Concat(bound, pending, untried, edge, late[:2], gated, late[2:])
+		existing := slices.Concat(bound, pending, untried, retried, deleting, edge, late[:2], gated, late[2:])
 		resumed, pinned := deployed(existing), deployed(existing)
-		if ok, err := resumed.ResumeWorkload(ctx, published, existing); err != nil || !ok {
-			t.Fatalf("ResumeWorkload: %v, %v", ok, err)
+		if ok, why, err := resumed.ResumeWorkload(ctx, published, existing); err != nil || !ok {
+			t.Fatalf("ResumeWorkload: %v (%s), %v", ok, why, err)
 		}
 		wl, err := published.Workload()
 		if err != nil {
@@ -399,4 +406,66 @@ func TestWhatIfFleetOfEveryNode(t *testing.T) {
 		t.Errorf("the selected nodes' own fleet placed every sequence as the whole cluster's: the cases do not test the fleet")
 	}
 	t.Logf("the selected nodes' own fleet missed %d of 30 sequences", missed)
+}
+
+// A copy holds what it placed however long it runs: the scheduler's
+// requeue reconciler, were it running there, would find none of the pods
+// in the copy's informer and drop their reservations (a kubectl gpu
+// whatif on a large cluster takes longer than its resync).
+func TestWhatIfHoldsWhatItPlaced(t *testing.T) {
+	ctx := context.Background()
+	prof, err := WhatIfProfile(manifests.SchedulerConfig, gpu.SchedulerName, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pc := range prof.PluginConfig {
+		if a, ok := pc.Args.(*ourconfig.GPUFitArgs); ok {
+			a.AccountingOnlySharing = true
+			a.Requeue.Enabled, a.Requeue.ResyncPeriodSeconds = true, 1
+		}
+	}
+	d, err := NewDeployed(ctx, prof, []*v1.Node{whatIfNode("a", 2), whatIfNode("b", 2)}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	share := func(name string, milli int) *v1.Pod {
+		p := whatIfPod(name, "", 0)
+		p.Annotations = map[string]string{gpu.AnnotationMilli: fmt.Sprint(milli)}
+		return p
+	}
+	var placed []WhatIfPlacement
+	for i, milli := range []int{600, 300, 700, 400, 500, 500, 300, 700, 500} {
+		out, err := d.Place(ctx, []*v1.Pod{share(fmt.Sprint("p", i), milli)}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		placed = append(placed, out...)
+		if i < 2 {
+			time.Sleep(1500 * time.Millisecond) // past a resync
+		}
+	}
+	used := map[string]int{}
+	fits := 0
+	for _, pl := range placed {
+		if pl.Node == "" {
+			continue
+		}
+		fits++
+		a, err := gpu.ParseAssignment(pl.Devices)
+		if err != nil {
+			t.Fatalf("%s: %v", pl.Devices, err)
+		}
+		for _, sh := range a.Shares {
+			used[fmt.Sprint(pl.Node, ":", sh.Index)] += int(sh.Milli)
+		}
+	}
+	for dev, milli := range used {
+		if milli > 1000 {
+			t.Errorf("device %s holds %d milli-GPU: %v", dev, milli, placed)
+		}
+	}
+	if fits != 8 {
+		t.Errorf("%d of 9 shares placed on 4 GPUs, want 8 (4,000 milli-GPU, packed): %v", fits, placed)
+	}
 }

@@ -442,21 +442,30 @@ func LearnerOf(h fwk.Handle) *gpu.Learner { return shared.For(h).Learner() }
 
 // ResumeWorkload has h's profile go on learning from a target another
 // learner published (kubectl gpu: the scheduler's), as the scheduler goes
-// on learning from the pods it sees. Where the profile does not learn, or
-// the export does not say what it was learned from (a scheduler from
-// before it did; or not in a form a learner takes), the target is pinned
-// as published (resumed false).
-func ResumeWorkload(h fwk.Handle, e gpu.ExportedWorkload) (resumed bool, err error) {
+// on learning from the pods it sees. Where it cannot, the target is pinned
+// as published (resumed false) and why says why: the profile does not
+// learn, the export does not say what it was learned from (a scheduler
+// from before it did), or not in a form a learner takes.
+func ResumeWorkload(h fwk.Handle, e gpu.ExportedWorkload) (resumed bool, why string, err error) {
 	s := shared.For(h)
-	if l := s.Learner(); l != nil && (e.SeenPods != 0 || len(e.Kinds) != 0) && l.Resume(e) == nil {
-		return true, nil
+	switch l := s.Learner(); {
+	case l == nil:
+		why = "its profile here does not learn"
+	case e.SeenPods == 0 && len(e.Kinds) == 0:
+		why = "it does not say what it was learned from"
+	default:
+		if rerr := l.Resume(e); rerr == nil {
+			return true, "", nil
+		} else {
+			why = fmt.Sprintf("it could not be learned from (%v)", rerr)
+		}
 	}
 	wl, err := e.Workload()
 	if err != nil {
-		return false, err
+		return false, why, err
 	}
 	PinWorkload(h, wl)
-	return false, nil
+	return false, why, nil
 }
 
 // Shared exposes the profile's GPU state to the requeue reconciler.

@@ -26,7 +26,7 @@ var publishPeriod = 10 * time.Second
 var republishAfter = time.Minute
 
 // maxEntryBytes bounds a profile's entry on the lease (gpu.ExportedWorkload.Trim).
-const maxEntryBytes = 16 << 10
+const maxEntryBytes = 32 << 10
 
 // publisher writes the profile's learned target on the scheduler's lease
 // (annotation gpu.AnnotationTargetWorkload, one entry per profile), so that

@@ -3,6 +3,7 @@ package gpuscore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -120,6 +121,32 @@ func TestPublishLearnedTarget(t *testing.T) {
 	// Nothing learned since: nothing written, however old.
 	if err := p.publish(ctx, at.Add(10*time.Minute)); err != nil || updates != 4 {
 		t.Errorf("an unchanged target written again: %v, %d updates", err, updates)
+	}
+	// Other kinds of task: written at once. A share that moves by a
+	// hundredth at most: once the entry is a minute old; by more: at once.
+	learner = nil
+	shifted := func(a, b float64) *gpu.Workload {
+		ts := slices.Clone(wl.Tasks())
+		ts[0].Weight, ts[1].Weight = b, a // ordered by milli-GPU: the share first
+		w, err := gpu.NewWorkload(ts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	t0 := at.Add(11 * time.Minute)
+	for i, step := range []struct {
+		w       *gpu.Workload
+		after   time.Duration
+		written bool
+	}{{wl, 0, true}, {shifted(0.755, 0.245), 10 * time.Second, false}, {shifted(0.745, 0.255), 20 * time.Second, false},
+		{shifted(0.77, 0.23), 30 * time.Second, true}, {shifted(0.765, 0.235), 40 * time.Second, false},
+		{shifted(0.765, 0.235), 91 * time.Second, true}} {
+		current = step.w
+		before := updates
+		if err := p.publish(ctx, t0.Add(step.after)); err != nil || (updates > before) != step.written {
+			t.Errorf("step %d: %v, written %v, want %v", i, err, updates > before, step.written)
+		}
 	}
 	// A process of the same profile without leader election does not
 	// overwrite the elected leader's entry.
