@@ -297,6 +297,19 @@ func TestKubectlGPU(t *testing.T) {
 	if n := notes(); strings.Contains(n, "learned from") || strings.Contains(n, "approximated") {
 		t.Errorf("a target published with its weight: notes %q", n)
 	}
+	// One no learner takes (a kind weighing more than all the pods) is
+	// kept as published, and it says why.
+	lease, err = cluster.Client.CoordinationV1().Leases(s.NS).Get(s.Ctx, "sched", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.Annotations[gpu.AnnotationTargetWorkload] = strings.Replace(published, `"weight":1}]`, `"weight":1}],"seenPods":42,"kinds":[{"cpuMilli":1000,"gpuMilli":300,"gpuCount":1,"weight":50}]`, 1)
+	if _, err := cluster.Client.CoordinationV1().Leases(s.NS).Update(s.Ctx, lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := notes(); !strings.Contains(n, "could not be learned from") || !strings.Contains(n, "keeps it as published") {
+		t.Errorf("a target no learner takes: notes %q", n)
+	}
 	wrongNS := strings.Replace(string(stdin), "metadata:\n", "metadata:\n  namespace: elsewhere\n", 1)
 	cmd = exec.Command(bin, "--kubeconfig", cluster.Kubeconfig, "-l", harness.LabelScope+"="+s.ID, "-n", s.NS, "whatif", "-f", "-")
 	cmd.Stdin = strings.NewReader(wrongNS)
