@@ -105,7 +105,7 @@ func (e ExportedWorkload) SimilarTasks(o ExportedWorkload) bool {
 	return slices.EqualFunc(e.Tasks, o.Tasks, func(a, b ExportedTask) bool {
 		w := a.Weight
 		a.Weight = b.Weight
-		return sameTask(a, b) && math.Abs(w-b.Weight) <= 0.01
+		return sameTask(a, b) && math.Abs(w-b.Weight) <= 0.01+1e-9
 	})
 }
 
@@ -129,18 +129,16 @@ func (e *ExportedWorkload) Trim(budget int) {
 		return len(b)
 	}
 	for size() > budget {
-		e.Trimmed = true
-		if len(e.Recent) > minTrimmedRecent {
+		switch {
+		case len(e.Recent) > minTrimmedRecent:
 			e.Recent = e.Recent[len(e.Recent)-max(minTrimmedRecent, len(e.Recent)/2):] // keep the newest
-			continue
-		}
-		if e.dropLightKinds() {
-			continue
-		}
-		if len(e.Recent) == 0 {
+		case e.dropLightKinds():
+		case len(e.Recent) > 0:
+			e.Recent = e.Recent[len(e.Recent)-len(e.Recent)/2:]
+		default:
 			return
 		}
-		e.Recent = e.Recent[len(e.Recent)-len(e.Recent)/2:]
+		e.Trimmed = true
 	}
 }
 

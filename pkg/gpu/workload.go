@@ -497,7 +497,7 @@ func (l *Learner) Kinds() int {
 }
 
 func (l *Learner) rebuild() {
-	entries := l.sorted()
+	entries := sortedKinds(l.counts)
 	tasks := topTasks(entries, l.total, l.coverage, MaxLearnedTasks)
 	if !l.bucketed && len(tasks) == MaxLearnedTasks && len(entries) > MaxLearnedTasks {
 		var covered float64
@@ -517,11 +517,11 @@ func (l *Learner) rebuild() {
 	}
 }
 
-// sorted is the kinds counted, the heaviest first (ties by the larger key).
-func (l *Learner) sorted() []*learned {
-	entries := make([]*learned, 0, len(l.counts))
-	keys := make(map[*learned]taskKey, len(l.counts))
-	for k, e := range l.counts {
+// sortedKinds is counts' kinds, the heaviest first (ties by the larger key).
+func sortedKinds(counts map[taskKey]*learned) []*learned {
+	entries := make([]*learned, 0, len(counts))
+	keys := make(map[*learned]taskKey, len(counts))
+	for k, e := range counts {
 		entries = append(entries, e)
 		keys[e] = k
 	}
@@ -555,7 +555,7 @@ func (l *Learner) Export(at time.Time) (*Workload, ExportedWorkload) {
 	}
 	e := wl.Export(at)
 	e.SeenPods, e.PendingPods, e.GroupedCPU = l.total/l.scale, l.pending/l.scale, l.bucketed
-	entries := l.sorted()
+	entries := sortedKinds(l.counts)
 	for _, t := range topTasks(entries[:min(len(entries), MaxExportedKinds)], math.Inf(1), 1, MaxExportedKinds) {
 		x := exportTask(t)
 		x.Weight = t.Weight / l.scale
@@ -594,8 +594,11 @@ func (l *Learner) Resume(e ExportedWorkload) error {
 	counts := make(map[taskKey]*learned, len(e.Kinds))
 	for i, x := range e.Kinds {
 		t := importTask(x)
-		if err := checkTask(t); err != nil || !(x.Weight >= 0 && x.Weight <= e.SeenPods*(1+1e-9)) {
-			return fmt.Errorf("kind %d: %v (weight %v of %v)", i, err, x.Weight, e.SeenPods)
+		if err := checkTask(t); err != nil {
+			return fmt.Errorf("kind %d: %w", i, err)
+		}
+		if !(x.Weight >= 0 && x.Weight <= e.SeenPods*(1+1e-9)) {
+			return fmt.Errorf("kind %d weighs %v pods of the %v counted", i, x.Weight, e.SeenPods)
 		}
 		k := taskKey{cpu: t.CPU, milli: t.Milli, count: t.Count, models: t.Models.String()}
 		if e.GroupedCPU {
@@ -693,19 +696,7 @@ func TypicalTasks(reqs []Request, coverage float64) []Task {
 		e.memMin, e.memMax = min(e.memMin, t.Memory), max(e.memMax, t.Memory)
 		total++
 	}
-	entries := make([]*learned, 0, len(counts))
-	keys := make(map[*learned]taskKey, len(counts))
-	for k, e := range counts {
-		entries = append(entries, e)
-		keys[e] = k
-	}
-	sort.Slice(entries, func(i, j int) bool {
-		if entries[i].weight != entries[j].weight {
-			return entries[i].weight > entries[j].weight
-		}
-		return keyLess(keys[entries[j]], keys[entries[i]])
-	})
-	return topTasks(entries, total, coverage, MaxTasks)
+	return topTasks(sortedKinds(counts), total, coverage, MaxTasks)
 }
 
 // cpuBucket rounds a CPU request up to three significant bits (at most 12.5%

@@ -174,21 +174,30 @@ func (d *Deployed) ResumeWorkload(ctx context.Context, e gpu.ExportedWorkload, p
 	return true, "", nil
 }
 
-// firstTried is when the scheduler first found the pod would not fit (the
-// PodScheduled condition turned False then, and stays so while it waits);
-// ok false if it never said so.
-func firstTried(p *v1.Pod) (at time.Time, ok bool) {
-	for _, c := range p.Status.Conditions {
-		if c.Type == v1.PodScheduled {
-			return c.LastTransitionTime.Time, c.Status == v1.ConditionFalse
+// scheduled is the pod's PodScheduled condition, nil if the scheduler has
+// not said whether it fits: a gated pod's (reason SchedulingGated) is the
+// API server's, and stays until the scheduler tries the pod.
+func scheduled(p *v1.Pod) *v1.PodCondition {
+	for i, c := range p.Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Reason != v1.PodReasonSchedulingGated {
+			return &p.Status.Conditions[i]
 		}
 	}
-	return time.Time{}, false
+	return nil
 }
 
-// tried: the scheduler has said whether the pod fits (PodScheduled).
-func tried(p *v1.Pod) bool {
-	return slices.ContainsFunc(p.Status.Conditions, func(c v1.PodCondition) bool { return c.Type == v1.PodScheduled })
+// tried: the scheduler has said whether the pod fits.
+func tried(p *v1.Pod) bool { return scheduled(p) != nil }
+
+// firstTried is when the scheduler first found the pod would not fit (the
+// condition turned False then, and stays so while it waits; for a pod that
+// was gated, when the gate came: the time of its first try is lost); ok
+// false if it has not said so.
+func firstTried(p *v1.Pod) (at time.Time, ok bool) {
+	if c := scheduled(p); c != nil && c.Status == v1.ConditionFalse {
+		return c.LastTransitionTime.Time, true
+	}
+	return time.Time{}, false
 }
 
 // exportSlack is how long before an export a pod may have been created and

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpu-scheduler/gpu-scheduler/manifests"
@@ -141,6 +142,25 @@ func TestNodesScored(t *testing.T) {
 	}
 }
 
+// sharingProfile is the shipped profile as whatif builds it, with shares
+// counted without a node agent, and edit's changes.
+func sharingProfile(t *testing.T, edit func(*ourconfig.GPUFitArgs)) *config.KubeSchedulerProfile {
+	t.Helper()
+	prof, err := WhatIfProfile(manifests.SchedulerConfig, gpu.SchedulerName, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pc := range prof.PluginConfig {
+		if a, ok := pc.Args.(*ourconfig.GPUFitArgs); ok {
+			a.AccountingOnlySharing = true
+			if edit != nil {
+				edit(a)
+			}
+		}
+	}
+	return prof
+}
+
 // whatif goes on learning from the target the scheduler published, as the
 // scheduler goes on learning from the pods it places: pods restricted to a
 // model, or asking for more GPUs, among those placed move the scheduler's
@@ -154,15 +174,7 @@ func TestNodesScored(t *testing.T) {
 // must all agree, where a target kept as published must miss some.
 func TestWhatIfLearnsFromThePodsItPlaces(t *testing.T) {
 	ctx := context.Background()
-	prof, err := WhatIfProfile(manifests.SchedulerConfig, gpu.SchedulerName, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, pc := range prof.PluginConfig {
-		if a, ok := pc.Args.(*ourconfig.GPUFitArgs); ok {
-			a.AccountingOnlySharing = true // shares without a node agent
-		}
-	}
+	prof := sharingProfile(t, nil)
 	node := func(name string, cpu string, gpus int, model string) *v1.Node {
 		n := whatIfNode(name, gpus)
 		n.Labels[gpu.LabelGPUProduct] = model
@@ -329,15 +341,7 @@ func TestWhatIfLearnsFromThePodsItPlaces(t *testing.T) {
 // misses some.
 func TestWhatIfFleetOfEveryNode(t *testing.T) {
 	ctx := context.Background()
-	prof, err := WhatIfProfile(manifests.SchedulerConfig, gpu.SchedulerName, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, pc := range prof.PluginConfig {
-		if a, ok := pc.Args.(*ourconfig.GPUFitArgs); ok {
-			a.AccountingOnlySharing = true
-		}
-	}
+	prof := sharingProfile(t, nil)
 	node := func(name string, gpus int, model, pool string) *v1.Node {
 		n := whatIfNode(name, gpus)
 		n.Labels[gpu.LabelGPUProduct] = model
@@ -414,16 +418,7 @@ func TestWhatIfFleetOfEveryNode(t *testing.T) {
 // whatif on a large cluster takes longer than its resync).
 func TestWhatIfHoldsWhatItPlaced(t *testing.T) {
 	ctx := context.Background()
-	prof, err := WhatIfProfile(manifests.SchedulerConfig, gpu.SchedulerName, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, pc := range prof.PluginConfig {
-		if a, ok := pc.Args.(*ourconfig.GPUFitArgs); ok {
-			a.AccountingOnlySharing = true
-			a.Requeue.Enabled, a.Requeue.ResyncPeriodSeconds = true, 1
-		}
-	}
+	prof := sharingProfile(t, func(a *ourconfig.GPUFitArgs) { a.Requeue.Enabled, a.Requeue.ResyncPeriodSeconds = true, 1 })
 	d, err := NewDeployed(ctx, prof, []*v1.Node{whatIfNode("a", 2), whatIfNode("b", 2)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -467,5 +462,74 @@ func TestWhatIfHoldsWhatItPlaced(t *testing.T) {
 	}
 	if fits != 8 {
 		t.Errorf("%d of 9 shares placed on 4 GPUs, want 8 (4,000 milli-GPU, packed): %v", fits, placed)
+	}
+	if n := len(d.Tracker().Reservations()); n != fits {
+		t.Errorf("%d reservations held for the %d pods placed", n, fits)
+	}
+}
+
+// SinceExport: which of the pods that exist an export stands for (before),
+// which the scheduler observed after it or has yet to (after).
+func TestSinceExport(t *testing.T) {
+	at := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	type cond struct {
+		status v1.ConditionStatus
+		reason string
+		since  time.Duration // from the export
+	}
+	for _, tc := range []struct {
+		name     string
+		created  time.Duration // from the export
+		node     string
+		cond     *cond
+		gated    bool
+		deleting bool
+		recent   bool
+		want     string
+	}{
+		{"bound long before", -time.Hour, "n", &cond{v1.ConditionTrue, "", -time.Hour}, false, false, false, "before"},
+		{"bound, created after", time.Second, "n", &cond{v1.ConditionTrue, "", time.Second}, false, false, false, "after"},
+		{"created in the export's second, named", 0, "n", &cond{v1.ConditionTrue, "", 0}, false, false, true, "before"},
+		{"created in the export's second, not named", 0, "n", &cond{v1.ConditionTrue, "", 0}, false, false, false, "after"},
+		{"pending, tried before", -time.Hour, "", &cond{v1.ConditionFalse, v1.PodReasonUnschedulable, -time.Hour}, false, false, false, "before"},
+		{"pending, first tried after (a backlog)", -time.Hour, "", &cond{v1.ConditionFalse, v1.PodReasonUnschedulable, time.Minute}, false, false, false, "after"},
+		{"pending, never tried", -time.Hour, "", nil, false, false, false, "after"},
+		{"pending, never tried, named (in flight)", -time.Hour, "", nil, false, false, true, "before"},
+		{"gated", -time.Hour, "", &cond{v1.ConditionFalse, v1.PodReasonSchedulingGated, -time.Hour}, true, false, false, "neither"},
+		{"the gate lifted, not tried yet", -time.Hour, "", &cond{v1.ConditionFalse, v1.PodReasonSchedulingGated, -time.Hour}, false, false, false, "after"},
+		{"deleted before a try", -time.Hour, "", nil, false, true, false, "neither"},
+		{"deleted after a try", -time.Hour, "", &cond{v1.ConditionFalse, v1.PodReasonUnschedulable, -time.Hour}, false, true, false, "before"},
+	} {
+		p := whatIfPod("p", "", 1)
+		p.UID = "uid"
+		p.CreationTimestamp = metav1.NewTime(at.Add(tc.created))
+		p.Spec.NodeName = tc.node
+		if tc.cond != nil {
+			p.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: tc.cond.status, Reason: tc.cond.reason,
+				LastTransitionTime: metav1.NewTime(at.Add(tc.cond.since))}}
+		}
+		if tc.gated {
+			p.Spec.SchedulingGates = []v1.PodSchedulingGate{{Name: "kueue"}}
+		}
+		if tc.deleting {
+			p.DeletionTimestamp = ptr.To(metav1.NewTime(at))
+		}
+		e := gpu.ExportedWorkload{At: at}
+		if tc.recent {
+			e.Recent = []string{"other", "uid"}
+		}
+		before, after := SinceExport(e, []*v1.Pod{p})
+		got := "neither"
+		switch {
+		case len(before) == 1 && len(after) == 0:
+			got = "before"
+		case len(after) == 1 && len(before) == 0:
+			got = "after"
+		case len(before)+len(after) > 0:
+			got = "both"
+		}
+		if got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
 	}
 }
