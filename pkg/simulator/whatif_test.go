@@ -29,6 +29,21 @@ func whatIfNode(name string, gpus int) *v1.Node {
 		Status: v1.NodeStatus{Capacity: rl, Allocatable: rl}}
 }
 
+// placeAll places pods in one whatif run: "name@devices" per pod, and the
+// placements.
+func placeAll(t *testing.T, d *Deployed, pods []*v1.Pod) ([]string, []WhatIfPlacement) {
+	t.Helper()
+	out, err := d.Place(context.Background(), pods, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, pl := range out {
+		got = append(got, pl.Name+"@"+pl.Devices)
+	}
+	return got, out
+}
+
 func whatIfPod(name, group string, gpus int) *v1.Pod {
 	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
 		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{
@@ -207,15 +222,7 @@ func TestWhatIfLearnsFromThePodsItPlaces(t *testing.T) {
 	history := []*v1.Pod{on(pod("old-1", 0, 400, ""), "c"), on(pod("old-2", 0, 300, ""), "b"), on(pod("old-3", 1, 0, ""), "a")}
 	place := func(d *Deployed, pods []*v1.Pod) ([]string, []WhatIfPlacement) {
 		t.Helper()
-		out, err := d.Place(ctx, pods, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, pl := range out {
-			got = append(got, pl.Name+"@"+pl.Devices)
-		}
-		return got, out
+		return placeAll(t, d, pods)
 	}
 	// whatif's copies start from the history bound, as read from the
 	// cluster, without having learned it: only the published target
@@ -382,14 +389,7 @@ func TestWhatIfFleetOfEveryNode(t *testing.T) {
 		place := func(d *Deployed) []string {
 			t.Helper()
 			defer d.Close()
-			out, err := d.Place(ctx, pods, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, pl := range out {
-				got = append(got, pl.Name+"@"+pl.Devices)
-			}
+			got, _ := placeAll(t, d, pods)
 			return got
 		}
 		want := place(deployed(all))
