@@ -264,9 +264,10 @@ DYN_POLICIES ?= learned,fgd-pure,bestfit,packing,spread,vanilla
 DYN_SEEDS ?= 42-44
 DYN_SPAN ?= 30m
 DYN_OUT ?= out/dynamic
+DYN_FLUSH ?= 0
 bench-dynamic: $(BIN)/gpu-sim
 	$(BIN)/gpu-sim --mode dynamic --trace-dir $(OPENB_TRACE) --workload $(DYN_WORKLOADS) --policy $(DYN_POLICIES) \
-		--seeds $(DYN_SEEDS) --tune 1.3 --arrival-span $(DYN_SPAN) --out $(DYN_OUT)
+		--seeds $(DYN_SEEDS) --tune 1.3 --arrival-span $(DYN_SPAN) --flush $(DYN_FLUSH) --out $(DYN_OUT)
 
 # DRA's device choice (issue 33): a fleet whose devices DRA's allocator hands
 # out, nodes chosen as by learned, each pod's devices the allocator's first

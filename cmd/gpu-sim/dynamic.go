@@ -18,7 +18,7 @@ import (
 // runDynamic replays each workload with departures (simulator.RunDynamic),
 // one run at a time (each uses every core for its filters), and prints per
 // workload and policy the means over the seeds.
-func runDynamic(traceDir, workloadList, policyList, seedList string, tune float64, span time.Duration, out string, limit int, tieOrder string) error {
+func runDynamic(traceDir, workloadList, policyList, seedList string, tune float64, span, flush time.Duration, out string, limit int, tieOrder string) error {
 	if traceDir == "" {
 		return fmt.Errorf("no trace directory: %s does not exist here; pass --trace-dir", simulator.DefaultTraceDir)
 	}
@@ -54,12 +54,16 @@ func runDynamic(traceDir, workloadList, policyList, seedList string, tune float6
 			var rs []*simulator.DynamicResult
 			for _, seed := range seeds {
 				r, err := simulator.RunDynamic(ctx, simulator.DynamicExperiment{Trace: t, Policy: p, Seed: seed, Tune: tune,
-					ArrivalSpan: span, Limit: limit, TieOrder: tieOrder})
+					ArrivalSpan: span, Flush: flush, Limit: limit, TieOrder: tieOrder})
 				if err != nil {
 					return fmt.Errorf("%s/%s/seed %d: %w", w, p, seed, err)
 				}
-				fmt.Fprintf(os.Stderr, "[%s] %-10s %-8s seed %d: alloc %.3f, wait p99 %.1fs, %d waited (%d fragmented), %d attempts, %.0fs\n",
-					time.Since(start).Round(time.Second), w, p, seed, r.TimeAvgAlloc, r.WaitP99, r.Waited, r.FragWaited, r.Attempts, r.Wall.Seconds())
+				flushed := ""
+				if flush > 0 {
+					flushed = fmt.Sprintf(", %d placed by the flush", r.FlushPlaced)
+				}
+				fmt.Fprintf(os.Stderr, "[%s] %-10s %-8s seed %d: alloc %.3f, wait p99 %.1fs, %d waited (%d fragmented), %d attempts%s, %.0fs\n",
+					time.Since(start).Round(time.Second), w, p, seed, r.TimeAvgAlloc, r.WaitP99, r.Waited, r.FragWaited, r.Attempts, flushed, r.Wall.Seconds())
 				if err := enc.Encode(r); err != nil {
 					return err
 				}

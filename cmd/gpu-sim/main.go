@@ -70,6 +70,7 @@ func main() {
 	tieOrder := flag.String("tie-order", simulator.TieHash, "last tie-break: hash (the shipped stable node order) or reference (the published simulator's: smallest renamed node first)")
 	mode := flag.String("mode", "static", "static (the published method: arrivals only), dynamic (arrivals at creation_time, departures after the trace's run time, waiting pods in the scheduling queue), generate (write synthetic traces of --fleet, one per --workload mix ("+simulator.MixNames()+"), to --out, in openb's format), or bound (an LP upper bound on the allocation per workload and seed, beside the published FGD and the --policy runs saved in --out)")
 	span := flag.Duration("arrival-span", 30*time.Minute, "dynamic: the trace's arrival times are compressed linearly into this simulated span")
+	flush := flag.Duration("flush", 0, "dynamic: the queue's flush of its unschedulable pool (podMaxInUnschedulablePodsDuration, 5m in the scheduler) on the simulated clock; 0: off, so that a pod a queueing hint wrongly skips waits for ever")
 	fleet := flag.String("fleet", "", "generate: the synthetic fleet ("+simulator.FleetNames()+"); --workload names the mixes (default: all), --out the directory (default out/synth/FLEET)")
 	synthNodes := flag.Int("nodes", 400, "generate: nodes in the fleet")
 	synthPods := flag.Int("pods", 4000, "generate: pods per workload (the replay tunes them to --tune x capacity)")
@@ -110,7 +111,7 @@ func main() {
 	case "bound":
 		err = run(*traceDir, *workloads, *policies, *seeds, *tune, *out, *parallel, *asJSON, *resume, *limit, *cpuProfile, *memProfile, *zoom, *placements, *tieOrder, true)
 	case "dynamic":
-		err = runDynamic(*traceDir, *workloads, *policies, *seeds, *tune, *span, *out, *limit, *tieOrder)
+		err = runDynamic(*traceDir, *workloads, *policies, *seeds, *tune, *span, *flush, *out, *limit, *tieOrder)
 	default:
 		err = fmt.Errorf("--mode %q: want static, dynamic, generate or bound", *mode)
 	}

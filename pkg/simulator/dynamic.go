@@ -43,6 +43,12 @@ type DynamicExperiment struct {
 	ArrivalSpan time.Duration
 	Parallelism int
 	TieOrder    string
+	// Flush is the queue's podMaxInUnschedulablePodsDuration (5m in the
+	// scheduler): a pod left that long in the unschedulable pool goes back
+	// whatever the hints said, checked every 30 s of simulated time as the
+	// queue's own loop does on the wall clock. 0 leaves it off: a pod a hint
+	// wrongly skips then waits for ever, a check on the hints.
+	Flush time.Duration
 	// Limit replays only the first so many arrivals (profiling); 0: all.
 	Limit    int
 	Progress func(done, total int)
@@ -88,9 +94,13 @@ type DynamicResult struct {
 	// NeverPlaced GPU pods were still waiting when every other pod had left.
 	NeverPlaced int `json:"neverPlaced"`
 	// Attempts counts scheduling cycles.
-	Attempts int           `json:"attempts"`
-	Samples  []AllocSample `json:"-"`
-	Wall     time.Duration `json:"wallNanos"`
+	Attempts int `json:"attempts"`
+	// FlushPlaced GPU pods were bound by an attempt that the flush, not an
+	// event's hint, brought: where a hint skipped an event that made room
+	// (or the room came from no event the pod's plugins register).
+	FlushPlaced int           `json:"flushPlaced,omitempty"`
+	Samples     []AllocSample `json:"-"`
+	Wall        time.Duration `json:"wallNanos"`
 }
 
 // FragWaitedFraction is the share of GPU pods whose wait fragmentation
@@ -323,6 +333,9 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 				if p.row.NumGPU > 0 {
 					pendingGPU--
 					waits = append(waits, now-p.arrive)
+					if pInfo.WasFlushedFromUnschedulable {
+						res.FlushPlaced++
+					}
 				}
 				heap.Push(&deps, departure{at: now + p.duration, seq: i})
 				queue.MoveAllToActiveOrBackoffQueue(logger, framework.EventAssignedPodAdd, nil, committed, nil)
@@ -376,6 +389,35 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 		}
 		return nil
 	}
+	// flushLeftover is the queue's flushUnschedulableEntitiesLeftover,
+	// which runs on the wall clock in the scheduler: the pods refused (or
+	// last flushed) more than Flush ago go back with the wildcard event,
+	// which no hint can skip.
+	flushLeftover := func() {
+		cur := clock.Now()
+		due := sets.New[types.UID]()
+		for _, pod := range queue.UnschedulablePods() {
+			pInfo, ok := queue.GetPod(pod.Name, pod.Namespace, pod.Spec.SchedulingGroup)
+			if !ok {
+				continue
+			}
+			last := pInfo.Timestamp
+			if pInfo.FlushTimestamp.After(last) {
+				last = pInfo.FlushTimestamp
+			}
+			if cur.Sub(last) > e.Flush {
+				pInfo.SetWasFlushedFromUnschedulable(true)
+				pInfo.SetFlushTimestamp(cur)
+				due.Insert(pod.UID)
+			}
+		}
+		if due.Len() > 0 {
+			queue.MoveAllToActiveOrBackoffQueue(logger, framework.EventUnschedulableTimeout, nil, nil,
+				func(p *v1.Pod) bool { return due.Has(p.UID) })
+		}
+	}
+	const flushEvery = 30.0 // s, the queue's period
+	nextFlush := flushEvery
 	sample := func() {
 		res.Samples = append(res.Samples, AllocSample{T: now, Allocated: allocated, Pending: pendingGPU})
 		res.PeakAlloc = max(res.PeakAlloc, float64(allocated)/float64(res.Capacity))
@@ -390,6 +432,12 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 		}
 		if deps.Len() > 0 && deps[0].at < t {
 			t = deps[0].at
+		}
+		// While pods wait, the flush's ticks are instants too; once nothing
+		// is left to arrive or leave, the cluster stays as it is and a flush
+		// could place nothing.
+		if e.Flush > 0 && nextFlush < t && len(queue.UnschedulablePods()) > 0 {
+			t = nextFlush
 		}
 		advance(t)
 		now = t
@@ -426,6 +474,10 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 			if e.Progress != nil && next%1000 == 0 {
 				e.Progress(next, len(pods))
 			}
+		}
+		if e.Flush > 0 && t >= nextFlush {
+			flushLeftover()
+			nextFlush = (math.Floor(t/flushEvery) + 1) * flushEvery
 		}
 		if err := drain(); err != nil {
 			return nil, err

@@ -47,3 +47,34 @@ func TestDynamicReplay(t *testing.T) {
 		}
 	}
 }
+
+// The queue's flush on the simulated clock: a pod no node can hold (two
+// GPUs, on one-GPU nodes) is refused at 1 s, and with Flush 5m goes back at
+// the first 30 s tick more than 5 minutes after its last try (330, 660 and
+// 990 s) until the last pod leaves at 1200 s; without it, it is tried once
+// more at most (on a departure, if a hint lets it). No pod is placed by a
+// flush: the hints missed nothing.
+func TestDynamicFlush(t *testing.T) {
+	tr := &Trace{Workload: "tiny",
+		Nodes: []NodeRow{{Name: "a", CPUMilli: 32000, MemoryMiB: 131072, GPUs: 1, Model: "A"}, {Name: "b", CPUMilli: 32000, MemoryMiB: 131072, GPUs: 1, Model: "A"}},
+		Pods: []PodRow{
+			{Name: "y", CPUMilli: 1000, MemoryMiB: 1024, NumGPU: 1, GPUMilli: 1000, Created: 0, Deleted: 1200},
+			{Name: "x", CPUMilli: 1000, MemoryMiB: 1024, NumGPU: 2, GPUMilli: 1000, Created: 1, Deleted: 2},
+		}}
+	run := func(flush time.Duration) *DynamicResult {
+		t.Helper()
+		// 3000 milli asked on 2000: tune 1.5 keeps the pods as they are.
+		r, err := RunDynamic(context.Background(), DynamicExperiment{Trace: tr, Policy: Learned, Seed: 42, Tune: 1.5, ArrivalSpan: time.Second, Flush: flush})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.End != 1200 || r.NeverPlaced != 1 || r.FlushPlaced != 0 {
+			t.Fatalf("flush %v: ended at %v, %d never placed, %d placed by the flush; want 1200, 1, 0", flush, r.End, r.NeverPlaced, r.FlushPlaced)
+		}
+		return r
+	}
+	off, on := run(0), run(5*time.Minute)
+	if on.Attempts-off.Attempts != 3 {
+		t.Errorf("attempts %d with the flush, %d without; want 3 more (at 330, 660 and 990 s)", on.Attempts, off.Attempts)
+	}
+}
