@@ -25,6 +25,8 @@ for top in args:
                 for line in f:
                     if line.strip():
                         r = json.loads(line)
+                        if r.get("flushSeconds"):  # --flush runs apart from the others
+                            r["policy"] += f" --flush {r['flushSeconds']:g}s"
                         runs[(r["workload"], r["policy"])][r["seed"]] = r
 
 def ci(d):

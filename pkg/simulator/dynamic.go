@@ -98,9 +98,11 @@ type DynamicResult struct {
 	// FlushPlaced GPU pods were bound by an attempt that the flush, not an
 	// event's hint, brought: where a hint skipped an event that made room
 	// (or the room came from no event the pod's plugins register).
-	FlushPlaced int           `json:"flushPlaced,omitempty"`
-	Samples     []AllocSample `json:"-"`
-	Wall        time.Duration `json:"wallNanos"`
+	FlushPlaced int `json:"flushPlaced,omitempty"`
+	// Flush is the experiment's (s); 0 when it was off.
+	Flush   float64       `json:"flushSeconds,omitempty"`
+	Samples []AllocSample `json:"-"`
+	Wall    time.Duration `json:"wallNanos"`
 }
 
 // FragWaitedFraction is the share of GPU pods whose wait fragmentation
@@ -204,6 +206,9 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 	if err != nil {
 		return nil, err
 	}
+	if editHints != nil {
+		editHints(hints)
+	}
 	pre := map[string]fwk.PreEnqueuePlugin{}
 	for _, p := range fw.PreEnqueuePlugins() {
 		pre[p.Name()] = p
@@ -248,7 +253,7 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 	}
 
 	res := &DynamicResult{Workload: e.Trace.Workload, Policy: e.Policy, Seed: e.Seed, Tune: e.Tune, Compression: comp,
-		Pods: len(rows), Capacity: e.Trace.Capacity()}
+		Pods: len(rows), Capacity: e.Trace.Capacity(), Flush: e.Flush.Seconds()}
 	pods := make([]*dynPod, len(rows))
 	first := float64(rows[0].Created)
 	for i, row := range rows {
@@ -278,6 +283,7 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 	var waits []float64
 	var deps departures
 	now := 0.0
+	changed := 0.0   // when a pod last left or was bound (simulated s)
 	var area float64 // allocated milli x seconds, over the arrival span
 	lastT := 0.0
 	advance := func(t float64) {
@@ -338,6 +344,7 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 					}
 				}
 				heap.Push(&deps, departure{at: now + p.duration, seq: i})
+				changed = now
 				queue.MoveAllToActiveOrBackoffQueue(logger, framework.EventAssignedPodAdd, nil, committed, nil)
 				return nil
 			}
@@ -389,10 +396,19 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 		}
 		return nil
 	}
+	// lastOf is when a pod in the unschedulable pool was last tried or
+	// flushed: the flush's clock for it.
+	lastOf := func(pInfo *framework.QueuedPodInfo) time.Time {
+		if pInfo.FlushTimestamp.After(pInfo.Timestamp) {
+			return pInfo.FlushTimestamp
+		}
+		return pInfo.Timestamp
+	}
 	// flushLeftover is the queue's flushUnschedulableEntitiesLeftover,
 	// which runs on the wall clock in the scheduler: the pods refused (or
 	// last flushed) more than Flush ago go back with the wildcard event,
-	// which no hint can skip.
+	// which no hint can skip. The replay builds no scheduling groups, so a
+	// member pod's own timestamps are the entity's.
 	flushLeftover := func() {
 		cur := clock.Now()
 		due := sets.New[types.UID]()
@@ -401,11 +417,7 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 			if !ok {
 				continue
 			}
-			last := pInfo.Timestamp
-			if pInfo.FlushTimestamp.After(last) {
-				last = pInfo.FlushTimestamp
-			}
-			if cur.Sub(last) > e.Flush {
+			if cur.Sub(lastOf(pInfo)) > e.Flush {
 				pInfo.SetWasFlushedFromUnschedulable(true)
 				pInfo.SetFlushTimestamp(cur)
 				due.Insert(pod.UID)
@@ -416,16 +428,41 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 				func(p *v1.Pod) bool { return due.Has(p.UID) })
 		}
 	}
+	// nextTick is the first of the queue's 30 s ticks after now at which
+	// the flush moves a pod (ticks before it find none due and change
+	// nothing), and whether any pod waiting was last tried before the
+	// cluster last changed: once no pod is left to arrive or leave, only
+	// those could fit on a flush (a hint missed the change), so the replay
+	// ends when none is left. +Inf when the flush is off or no pod waits.
 	const flushEvery = 30.0 // s, the queue's period
-	nextFlush := flushEvery
+	nextTick := func() (float64, bool) {
+		if e.Flush <= 0 {
+			return math.Inf(1), false
+		}
+		first, stale := math.Inf(1), false
+		for _, pod := range queue.UnschedulablePods() {
+			pInfo, ok := queue.GetPod(pod.Name, pod.Namespace, pod.Spec.SchedulingGroup)
+			if !ok {
+				continue
+			}
+			last := lastOf(pInfo).Sub(epoch).Seconds()
+			first = min(first, last+e.Flush.Seconds())
+			stale = stale || last < changed
+		}
+		if math.IsInf(first, 1) {
+			return first, false
+		}
+		return (math.Floor(max(first, now)/flushEvery) + 1) * flushEvery, stale
+	}
 	sample := func() {
 		res.Samples = append(res.Samples, AllocSample{T: now, Allocated: allocated, Pending: pendingGPU})
 		res.PeakAlloc = max(res.PeakAlloc, float64(allocated)/float64(res.Capacity))
 	}
 
 	next := 0
-	for next < len(pods) || deps.Len() > 0 {
-		// The next instant: an arrival or a departure, whichever is first.
+	for {
+		// The next instant: an arrival, a departure or a flush, whichever
+		// is first.
 		t := math.Inf(1)
 		if next < len(pods) {
 			t = pods[next].arrive
@@ -433,12 +470,12 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 		if deps.Len() > 0 && deps[0].at < t {
 			t = deps[0].at
 		}
-		// While pods wait, the flush's ticks are instants too; once nothing
-		// is left to arrive or leave, the cluster stays as it is and a flush
-		// could place nothing.
-		if e.Flush > 0 && nextFlush < t && len(queue.UnschedulablePods()) > 0 {
-			t = nextFlush
+		tick, stale := nextTick()
+		if math.IsInf(t, 1) && !stale {
+			break
 		}
+		flush := tick <= t
+		t = min(t, tick)
 		advance(t)
 		now = t
 		clock.SetTime(epoch.Add(time.Duration(t * float64(time.Second))))
@@ -459,6 +496,7 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 			check.Remove(p.row, p.place)
 			allocated -= p.row.GPURequest()
 			allocByModel[modelOf[p.bound.Spec.NodeName]] -= p.row.GPURequest()
+			changed = t
 			queue.MoveAllToActiveOrBackoffQueue(logger, framework.EventAssignedPodDelete, p.bound, nil, nil)
 		}
 		for next < len(pods) && pods[next].arrive <= t {
@@ -475,9 +513,8 @@ func RunDynamic(ctx context.Context, e DynamicExperiment) (*DynamicResult, error
 				e.Progress(next, len(pods))
 			}
 		}
-		if e.Flush > 0 && t >= nextFlush {
+		if flush {
 			flushLeftover()
-			nextFlush = (math.Floor(t/flushEvery) + 1) * flushEvery
 		}
 		if err := drain(); err != nil {
 			return nil, err
@@ -522,6 +559,10 @@ func quantile(sorted []float64, q float64) float64 {
 	i := int(math.Ceil(q*float64(len(sorted)))) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
+
+// editHints, set by tests only, changes the hints the queue is built with
+// (a hint that misses an event, for the flush to catch).
+var editHints func(internalqueue.QueueingHintMap)
 
 // queueingHints is the profile's QueueingHintMap, built as scheduler.New
 // builds it (buildQueueingHintMap): every EnqueueExtensions plugin's events,

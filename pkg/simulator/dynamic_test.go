@@ -4,6 +4,11 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	internalqueue "k8s.io/kubernetes/pkg/scheduler/backend/queue"
 )
 
 // A replay with departures on two one-GPU nodes: two half shares arrive,
@@ -48,33 +53,101 @@ func TestDynamicReplay(t *testing.T) {
 	}
 }
 
-// The queue's flush on the simulated clock: a pod no node can hold (two
-// GPUs, on one-GPU nodes) is refused at 1 s, and with Flush 5m goes back at
-// the first 30 s tick more than 5 minutes after its last try (330, 660 and
-// 990 s) until the last pod leaves at 1200 s; without it, it is tried once
-// more at most (on a departure, if a hint lets it). No pod is placed by a
-// flush: the hints missed nothing.
+// The queue's flush on the simulated clock. A pod no node can hold (two
+// GPUs on one-GPU nodes) goes back at the first 30 s tick more than 5
+// minutes after its last try (330, 660, 990 s); the last departure's hint
+// tries it once more, so no flush follows. A pod that a hint wrongly keeps
+// waiting (every hint answers Skip here) is placed by the flush, and
+// counted, whether the departure it missed came before others (z at 100 s)
+// or was the last one (y at 1200 s: the flush goes on after it); with the
+// hints as they are, the departure places it and the flush counts none.
 func TestDynamicFlush(t *testing.T) {
-	tr := &Trace{Workload: "tiny",
-		Nodes: []NodeRow{{Name: "a", CPUMilli: 32000, MemoryMiB: 131072, GPUs: 1, Model: "A"}, {Name: "b", CPUMilli: 32000, MemoryMiB: 131072, GPUs: 1, Model: "A"}},
-		Pods: []PodRow{
-			{Name: "y", CPUMilli: 1000, MemoryMiB: 1024, NumGPU: 1, GPUMilli: 1000, Created: 0, Deleted: 1200},
-			{Name: "x", CPUMilli: 1000, MemoryMiB: 1024, NumGPU: 2, GPUMilli: 1000, Created: 1, Deleted: 2},
-		}}
-	run := func(flush time.Duration) *DynamicResult {
-		t.Helper()
-		// 3000 milli asked on 2000: tune 1.5 keeps the pods as they are.
-		r, err := RunDynamic(context.Background(), DynamicExperiment{Trace: tr, Policy: Learned, Seed: 42, Tune: 1.5, ArrivalSpan: time.Second, Flush: flush})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.End != 1200 || r.NeverPlaced != 1 || r.FlushPlaced != 0 {
-			t.Fatalf("flush %v: ended at %v, %d never placed, %d placed by the flush; want 1200, 1, 0", flush, r.End, r.NeverPlaced, r.FlushPlaced)
-		}
-		return r
+	node := func(n string) NodeRow {
+		return NodeRow{Name: n, CPUMilli: 32000, MemoryMiB: 131072, GPUs: 1, Model: "A"}
 	}
-	off, on := run(0), run(5*time.Minute)
-	if on.Attempts-off.Attempts != 3 {
-		t.Errorf("attempts %d with the flush, %d without; want 3 more (at 330, 660 and 990 s)", on.Attempts, off.Attempts)
+	pod := func(n string, gpus int, created, deleted int64) PodRow {
+		return PodRow{Name: n, CPUMilli: 1000, MemoryMiB: 1024, NumGPU: gpus, GPUMilli: 1000, Created: created, Deleted: deleted}
+	}
+	skipAll := func(m internalqueue.QueueingHintMap) {
+		for _, fns := range m {
+			for _, f := range fns {
+				f.QueueingHintFn = func(klog.Logger, *v1.Pod, interface{}, interface{}) (fwk.QueueingHint, error) {
+					return fwk.QueueSkip, nil
+				}
+				f.PreQueueingHintFn = nil
+			}
+		}
+	}
+	type want struct {
+		end, xWait              float64
+		neverPlaced, byTheFlush int
+	}
+	for _, tc := range []struct {
+		name         string
+		nodes        []NodeRow
+		pods         []PodRow
+		tune         float64 // keeps the pods as they are
+		hints        func(internalqueue.QueueingHintMap)
+		off, on      want
+		moreAttempts int // with the flush on
+	}{{
+		name:         "never fits",
+		nodes:        []NodeRow{node("a"), node("b")},
+		pods:         []PodRow{pod("y", 1, 0, 1200), pod("x", 2, 1, 2)},
+		tune:         1.5,
+		off:          want{end: 1200, xWait: 1199, neverPlaced: 1},
+		on:           want{end: 1200, xWait: 1199, neverPlaced: 1},
+		moreAttempts: 3,
+	}, {
+		name:         "a missed departure before others",
+		nodes:        []NodeRow{node("a"), node("b")},
+		pods:         []PodRow{pod("y", 1, 0, 1200), pod("z", 1, 0, 100), pod("x", 1, 1, 61)},
+		tune:         1.5,
+		hints:        skipAll,
+		off:          want{end: 1200, xWait: 1199, neverPlaced: 1},
+		on:           want{end: 1200, xWait: 329, byTheFlush: 1},
+		moreAttempts: 1,
+	}, {
+		name:         "the last departure missed",
+		nodes:        []NodeRow{node("a")},
+		pods:         []PodRow{pod("y", 1, 0, 1200), pod("x", 1, 1, 61)},
+		tune:         2,
+		hints:        skipAll,
+		off:          want{end: 1200, xWait: 1199, neverPlaced: 1},
+		on:           want{end: 1380, xWait: 1319, byTheFlush: 1},
+		moreAttempts: 4,
+	}, {
+		name:  "the hints as they are",
+		nodes: []NodeRow{node("a"), node("b")},
+		pods:  []PodRow{pod("y", 1, 0, 1200), pod("z", 1, 0, 100), pod("x", 1, 1, 61)},
+		tune:  1.5,
+		off:   want{end: 1200, xWait: 99},
+		on:    want{end: 1200, xWait: 99},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			editHints = tc.hints
+			defer func() { editHints = nil }()
+			tr := &Trace{Workload: "tiny", Nodes: tc.nodes, Pods: tc.pods}
+			run := func(flush time.Duration, w want) *DynamicResult {
+				t.Helper()
+				r, err := RunDynamic(context.Background(), DynamicExperiment{Trace: tr, Policy: Learned, Seed: 42, Tune: tc.tune, ArrivalSpan: time.Second, Flush: flush})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The other pods never wait: the p99 of three is x's wait.
+				got := want{end: r.End, xWait: r.WaitP99, neverPlaced: r.NeverPlaced, byTheFlush: r.FlushPlaced}
+				if got != w {
+					t.Errorf("flush %v: got %+v, want %+v", flush, got, w)
+				}
+				return r
+			}
+			off, on := run(0, tc.off), run(5*time.Minute, tc.on)
+			if on.Attempts-off.Attempts != tc.moreAttempts {
+				t.Errorf("%d attempts with the flush, %d without; want %d more", on.Attempts, off.Attempts, tc.moreAttempts)
+			}
+			if on.Flush != 300 || off.Flush != 0 {
+				t.Errorf("flush recorded as %v and %v s; want 300 and 0", on.Flush, off.Flush)
+			}
+		})
 	}
 }
