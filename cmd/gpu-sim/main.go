@@ -111,6 +111,15 @@ func main() {
 	case "bound":
 		err = run(*traceDir, *workloads, *policies, *seeds, *tune, *out, *parallel, *asJSON, *resume, *limit, *cpuProfile, *memProfile, *zoom, *placements, *tieOrder, true)
 	case "dynamic":
+		if *cpuProfile != "" {
+			f, ferr := os.Create(*cpuProfile)
+			if ferr != nil {
+				err = ferr
+				break
+			}
+			pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
 		err = runDynamic(*traceDir, *workloads, *policies, *seeds, *tune, *span, *flush, *out, *limit, *tieOrder)
 	default:
 		err = fmt.Errorf("--mode %q: want static, dynamic, generate or bound", *mode)
