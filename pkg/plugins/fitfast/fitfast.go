@@ -72,21 +72,26 @@ type request interface {
 type Plugin struct {
 	*noderesources.Fit
 	// ignored: the ignoredResources that are extended resources (upstream
-	// skips those only), decided once. ignoredResourceGroups are not
-	// modelled: a resource of such a group goes to upstream's Filter.
+	// skips those only), decided once. fitsOutright does not model
+	// ignoredResourceGroups: a node short only of a resource of such a
+	// group goes to refuse, which does.
 	ignored map[v1.ResourceName]bool
 	// ignoredNames and groups are the args', for the refusals' rule.
 	ignoredNames, groups sets.Set[string]
-	// draExtended: an extended resource a node does not list may be
-	// served by DRA (upstream skips it then), so such a refusal is
-	// upstream's to decide.
-	draExtended bool
+	// draExtended: a scalar resource a node does not list may be served
+	// by DRA (upstream skips it then), so such a refusal is upstream's to
+	// decide. inPlace: upstream checks only the growth of a pod bound to
+	// the node (an in-place resize), so its refusal is upstream's too.
+	draExtended, inPlace bool
 
 	mu sync.RWMutex
-	// scalars: per extended or other scalar resource asked for, whether
-	// upstream ignores it and its reason, decided on first use.
+	// scalars: per scalar resource asked for, whether upstream ignores it
+	// and its reason, decided on first use; at most maxScalars names (pods
+	// choose them), the others decided on each use.
 	scalars map[v1.ResourceName]scalar
 }
+
+const maxScalars = 256
 
 type scalar struct {
 	ignored bool
@@ -114,7 +119,8 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	pl := &Plugin{Fit: fit, ignored: map[v1.ResourceName]bool{},
 		ignoredNames: sets.New(args.IgnoredResources...), groups: sets.New(args.IgnoredResourceGroups...),
-		draExtended: feats.EnableDRAExtendedResource, scalars: map[v1.ResourceName]scalar{}}
+		draExtended: feats.EnableDRAExtendedResource, inPlace: feats.EnableInPlacePodVerticalScalingSchedulerPreemption,
+		scalars: map[v1.ResourceName]scalar{}}
 	for _, r := range args.IgnoredResources {
 		if v1helper.IsExtendedResourceName(v1.ResourceName(r)) {
 			pl.ignored[v1.ResourceName(r)] = true
@@ -182,10 +188,10 @@ func (pl *Plugin) fitsOutright(r request, ni fwk.NodeInfo) bool {
 // then the scalar resources in map order, as upstream iterates them), and
 // UnschedulableAndUnresolvable where a request exceeds the node's
 // allocatable. ok is false where upstream checks a delta (the pod is bound
-// to this node: an in-place resize) or might let DRA serve a resource (one
-// the node does not list).
+// to this node and in-place resize is on) or might let DRA serve a
+// resource (one the node does not list, or lists at zero).
 func (pl *Plugin) refuse(r request, pod *v1.Pod, ni fwk.NodeInfo) (*fwk.Status, bool) {
-	if pod == nil || (pod.Spec.NodeName != "" && ni.Node() != nil && pod.Spec.NodeName == ni.Node().Name) {
+	if pod == nil || ni.Node() == nil || (pl.inPlace && pod.Spec.NodeName == ni.Node().Name) {
 		return nil, false
 	}
 	alloc, used := ni.GetAllocatable(), ni.GetRequested()
@@ -242,7 +248,9 @@ func (pl *Plugin) scalar(name v1.ResourceName) scalar {
 		sc.ignored = pl.ignoredNames.Has(string(name)) || pl.groups.Has(prefix)
 	}
 	pl.mu.Lock()
-	pl.scalars[name] = sc
+	if len(pl.scalars) < maxScalars {
+		pl.scalars[name] = sc
+	}
 	pl.mu.Unlock()
 	return sc
 }

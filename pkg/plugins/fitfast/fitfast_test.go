@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,7 +29,8 @@ import (
 	"github.com/gpu-scheduler/gpu-scheduler/pkg/requeue"
 )
 
-var testArgs = runtime.RawExtension{Raw: []byte(`{"ignoredResources":["example.com/ignored"],"ignoredResourceGroups":["ignored.io"]}`)}
+// hugepages-2Mi is no extended resource: upstream checks it though listed.
+var testArgs = runtime.RawExtension{Raw: []byte(`{"ignoredResources":["example.com/ignored","hugepages-2Mi"],"ignoredResourceGroups":["ignored.io"]}`)}
 
 // both builds our plugin and the in-tree one from the same args.
 func both(t testing.TB) (*Plugin, fwk.FilterPlugin) {
@@ -42,7 +45,7 @@ func both(t testing.TB) (*Plugin, fwk.FilterPlugin) {
 	}
 	// Upstream's args written out here, not decoded by argsFrom: a
 	// decoding bug shows as a difference.
-	args := &config.NodeResourcesFitArgs{IgnoredResources: []string{"example.com/ignored"}, IgnoredResourceGroups: []string{"ignored.io"},
+	args := &config.NodeResourcesFitArgs{IgnoredResources: []string{"example.com/ignored", "hugepages-2Mi"}, IgnoredResourceGroups: []string{"ignored.io"},
 		ScoringStrategy: &config.ScoringStrategy{Type: config.LeastAllocated, Resources: []config.ResourceSpec{{Name: "cpu", Weight: 1}, {Name: "memory", Weight: 1}}}}
 	up, err := noderesources.NewFit(ctx, args, fh, plfeature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate))
 	if err != nil {
@@ -85,15 +88,35 @@ func randList(rng *rand.Rand, p float64, scale, scalars int64) v1.ResourceList {
 	return l
 }
 
-// same: the same code and reasons (upstream lists extended resources in map
-// order).
+// same: the same code and reasons, in upstream's order: the pod limit, CPU,
+// memory and ephemeral storage first, in that order, then the scalar
+// resources (in map order, upstream's too).
 func same(a, b *fwk.Status) bool {
 	if a.IsSuccess() || b.IsSuccess() {
 		return a.IsSuccess() == b.IsSuccess()
 	}
+	first := []string{"Too many pods", "Insufficient cpu", "Insufficient memory", "Insufficient ephemeral-storage"}
+	rank := func(r string) int {
+		if i := slices.Index(first, r); i >= 0 {
+			return i
+		}
+		return len(first)
+	}
+	byRank := func(x, y string) int {
+		if c := rank(x) - rank(y); c != 0 {
+			return c
+		}
+		return strings.Compare(x, y)
+	}
+	inOrder := func(r []string) bool {
+		return slices.IsSortedFunc(r, func(x, y string) int { return rank(x) - rank(y) })
+	}
 	ra, rb := slices.Clone(a.Reasons()), slices.Clone(b.Reasons())
-	slices.Sort(ra)
-	slices.Sort(rb)
+	if !inOrder(ra) || !inOrder(rb) {
+		return false
+	}
+	slices.SortFunc(ra, byRank)
+	slices.SortFunc(rb, byRank)
 	return a.Code() == b.Code() && slices.Equal(ra, rb)
 }
 
@@ -205,13 +228,17 @@ func TestShortcutTaken(t *testing.T) {
 		name string
 		req  map[v1.ResourceName]string
 		fits bool
+		// upstream: the refusal is upstream's Filter's.
+		upstream bool
 	}{
-		{"cpu", map[v1.ResourceName]string{v1.ResourceCPU: "100m", v1.ResourceMemory: "500Mi"}, true},
-		{"gpu", map[v1.ResourceName]string{v1.ResourceCPU: "4", v1.ResourceMemory: "32Gi", "nvidia.com/gpu": "1"}, true},
-		{"two-gpus", map[v1.ResourceName]string{v1.ResourceCPU: "4", "nvidia.com/gpu": "2"}, false},
-		{"cpu-short", map[v1.ResourceName]string{v1.ResourceCPU: "8"}, false},
+		{"cpu", map[v1.ResourceName]string{v1.ResourceCPU: "100m", v1.ResourceMemory: "500Mi"}, true, false},
+		{"gpu", map[v1.ResourceName]string{v1.ResourceCPU: "4", v1.ResourceMemory: "32Gi", "nvidia.com/gpu": "1"}, true, false},
+		{"two-gpus", map[v1.ResourceName]string{v1.ResourceCPU: "4", "nvidia.com/gpu": "2"}, false, false},
+		{"cpu-short", map[v1.ResourceName]string{v1.ResourceCPU: "8"}, false, false},
 		// In ignoredResources: no node has it, and upstream does not check.
-		{"ignored", map[v1.ResourceName]string{v1.ResourceCPU: "1", "example.com/ignored": "3"}, true},
+		{"ignored", map[v1.ResourceName]string{v1.ResourceCPU: "1", "example.com/ignored": "3"}, true, false},
+		// Not on the node: DRA may serve it (DRAExtendedResource is GA).
+		{"absent", map[v1.ResourceName]string{v1.ResourceCPU: "1", "example.com/dev": "1"}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := st.MakePod().Name(tc.name).UID(tc.name).Req(tc.req).Obj()
@@ -224,8 +251,11 @@ func TestShortcutTaken(t *testing.T) {
 			if !tc.fits {
 				// Refused here: the reasons and the status, no regular
 				// expression or formatting per node.
-				if _, ok := ours.refuse(ours.request(cs), pod, ni); !ok {
-					t.Fatalf("refused by upstream's Filter, not here")
+				if _, ok := ours.refuse(ours.request(cs), pod, ni); ok == tc.upstream {
+					t.Fatalf("refused here: %v, want %v", ok, !tc.upstream)
+				}
+				if tc.upstream {
+					return
 				}
 				o := testing.AllocsPerRun(100, func() { ours.Filter(ctx, cs, pod, ni) })
 				u := testing.AllocsPerRun(100, func() { up.Filter(ctx, cs, pod, ni) })
@@ -329,5 +359,42 @@ func BenchmarkFilter(b *testing.B) {
 			b.ReportMetric(float64(u.Nanoseconds())/float64(b.N), "upstream-ns/op")
 			b.ReportMetric(float64(o)/float64(u), "ours/upstream")
 		})
+	}
+}
+
+// Filter runs on many nodes at once: the scalar resources' cache under
+// concurrent refusals (run with -race), each status still upstream's.
+func TestFilterConcurrent(t *testing.T) {
+	ours, up := both(t)
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	node := st.MakeNode().Name("n").Capacity(map[v1.ResourceName]string{
+		v1.ResourceCPU: "8", v1.ResourcePods: "10", "nvidia.com/gpu": "1", "example.com/dev": "1", "hugepages-2Mi": "1"}).Obj()
+	ni := framework.NewNodeInfo()
+	ni.SetNode(node)
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				name := []v1.ResourceName{"nvidia.com/gpu", "example.com/dev", "hugepages-2Mi"}[(g+i)%3]
+				pod := st.MakePod().Name("p").UID("p").Req(map[v1.ResourceName]string{v1.ResourceCPU: "1", name: "2"}).Obj()
+				cs := framework.NewCycleState()
+				ours.PreFilter(ctx, cs, pod, nil)
+				if got, want := ours.Filter(ctx, cs, pod, ni), up.Filter(ctx, cs, pod, ni); !same(got, want) {
+					errs <- fmt.Sprintf("%s: got %v, upstream %v", name, got, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if len(ours.scalars) != 3 {
+		t.Errorf("%d names cached, want 3", len(ours.scalars))
 	}
 }
