@@ -213,6 +213,14 @@ func TestFilterMatchesUpstream(t *testing.T) {
 	}
 }
 
+// busyNode: 96 CPUs and 8 GPUs, of which a pod holds 90 and 7.
+func busyNode() *framework.NodeInfo {
+	ni := framework.NewNodeInfo(st.MakePod().Name("b").UID("b").Node("n").Req(map[v1.ResourceName]string{v1.ResourceCPU: "90", "nvidia.com/gpu": "7"}).Obj())
+	ni.SetNode(st.MakeNode().Name("n").Capacity(map[v1.ResourceName]string{
+		v1.ResourceCPU: "96", v1.ResourceMemory: "768Gi", v1.ResourcePods: "250", "nvidia.com/gpu": "8"}).Obj())
+	return ni
+}
+
 // A node with room passes without an allocation (upstream allocates on
 // every call, and runs a regular expression per extended resource), for a
 // CPU pod and for a whole-GPU pod; a node without room gets upstream's
@@ -220,10 +228,7 @@ func TestFilterMatchesUpstream(t *testing.T) {
 func TestShortcutTaken(t *testing.T) {
 	ours, up := both(t)
 	ctx := klog.NewContext(context.Background(), klog.Background())
-	node := st.MakeNode().Name("n").Capacity(map[v1.ResourceName]string{
-		v1.ResourceCPU: "96", v1.ResourceMemory: "768Gi", v1.ResourcePods: "250", "nvidia.com/gpu": "8"}).Obj()
-	ni := framework.NewNodeInfo(st.MakePod().Name("b").UID("b").Node("n").Req(map[v1.ResourceName]string{v1.ResourceCPU: "90", "nvidia.com/gpu": "7"}).Obj())
-	ni.SetNode(node)
+	ni := busyNode()
 	for _, tc := range []struct {
 		name string
 		req  map[v1.ResourceName]string
@@ -329,10 +334,7 @@ func TestNameKnownToRequeue(t *testing.T) {
 func BenchmarkFilter(b *testing.B) {
 	ours, up := both(b)
 	ctx := klog.NewContext(context.Background(), klog.Background())
-	node := st.MakeNode().Name("n").Capacity(map[v1.ResourceName]string{
-		v1.ResourceCPU: "96", v1.ResourceMemory: "768Gi", v1.ResourcePods: "250", "nvidia.com/gpu": "8"}).Obj()
-	ni := framework.NewNodeInfo(st.MakePod().Name("b").UID("b").Node("n").Req(map[v1.ResourceName]string{v1.ResourceCPU: "90", "nvidia.com/gpu": "7"}).Obj())
-	ni.SetNode(node)
+	ni := busyNode()
 	for _, tc := range []struct {
 		name string
 		req  map[v1.ResourceName]string
