@@ -6,8 +6,13 @@ seed, policy A − each other policy with a 95% confidence interval (Student's t
 and on how many seeds A had the lowest p99 and the fewest fragmentation-induced
 waits of the policies run on that seed (its own ablations, named A-…, left out).
 
-usage: hack/dynamic-table.py DIR [DIR...] [--a learned]
-Every dynamic.json under the directories is read (one JSON object per run).
+usage: hack/dynamic-table.py DIR|FILE.jsonl [...] [--a learned] [--save FILE.jsonl]
+Every dynamic.json under the directories is read (one JSON object per run), and
+every .jsonl file given. --save merges the runs read into FILE.jsonl (one line
+per workload, policy and seed; a run read later replaces one read earlier) and
+prints nothing else: docs/data/dynamic-runs.jsonl keeps every run the docs cite,
+since out/ does not outlive a machine and the replay is deterministic, so runs
+made in different sessions pool.
 """
 import collections, json, os, statistics, sys
 
@@ -16,18 +21,50 @@ args = sys.argv[1:]
 a = "learned"
 if "--a" in args:
     i = args.index("--a"); a = args[i + 1]; del args[i:i + 2]
+save = None
+if "--save" in args:
+    i = args.index("--save"); save = args[i + 1]; del args[i:i + 2]
+
+def files(top):
+    if os.path.isfile(top):
+        yield top
+        return
+    if not os.path.isdir(top):
+        sys.exit(f"{top}: no such file or directory")
+    for root, _, names in os.walk(top):
+        if "dynamic.json" in names:
+            yield os.path.join(root, "dynamic.json")
+
+def key(r):
+    return (r["workload"], r["policy"], r.get("flushSeconds", 0), r["seed"])
+
+read = {}
+for top in args:
+    for path in files(top):
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    r = json.loads(line)
+                    read[key(r)] = r
+
+if save:
+    merged = {}
+    if os.path.exists(save):
+        with open(save) as f:
+            merged = {key(r): r for r in map(json.loads, filter(str.strip, f))}
+    merged.update(read)
+    with open(save, "w") as f:
+        for k in sorted(merged):
+            f.write(json.dumps(merged[k], sort_keys=True) + "\n")
+    print(f"{save}: {len(merged)} runs ({len(read)} read)", file=sys.stderr)
+    sys.exit(0)
 
 runs = collections.defaultdict(dict)  # (workload, policy) -> seed -> run
-for top in args:
-    for root, _, files in os.walk(top):
-        if "dynamic.json" in files:
-            with open(os.path.join(root, "dynamic.json")) as f:
-                for line in f:
-                    if line.strip():
-                        r = json.loads(line)
-                        if r.get("flushSeconds"):  # --flush runs apart from the others
-                            r["policy"] += f" --flush {r['flushSeconds']:g}s"
-                        runs[(r["workload"], r["policy"])][r["seed"]] = r
+for r in read.values():
+    p = r["policy"]
+    if r.get("flushSeconds"):  # --flush runs apart from the others
+        p += f" --flush {r['flushSeconds']:g}s"
+    runs[(r["workload"], p)][r["seed"]] = r
 
 def ci(d):
     m = statistics.mean(d)
