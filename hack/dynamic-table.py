@@ -9,7 +9,7 @@ waits of the policies run on that seed (its own ablations, named A-…, left out
 usage: hack/dynamic-table.py DIR|FILE.jsonl [...] [--a learned] [--save FILE.jsonl]
 Every dynamic.json under the directories is read (one JSON object per run), and
 every .jsonl file given. --save merges the runs read into FILE.jsonl (one line
-per workload, policy and seed; a run read later replaces one read earlier) and
+per workload, policy, --flush and seed; a run read later replaces one read earlier) and
 prints nothing else: docs/data/dynamic-runs.jsonl keeps every run the docs cite,
 since out/ does not outlive a machine and the replay is deterministic, so runs
 made in different sessions pool.
