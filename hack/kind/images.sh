@@ -87,7 +87,10 @@ rootfs() {
     $SUDO rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*
     # What went in, by version: on the image, for whoever wonders.
     versions=$($SUDO chroot "$dir" dpkg-query -W -f '${Package}=${Version} ' | sha256sum | cut -c1-16)
-    $SUDO tar -C "$dir" -c . | docker import --change "LABEL gpu-scheduler.packages=$versions" - "$tag" >/dev/null
+    # Tagged only once the import is whole: a run stopped halfway leaves no
+    # tag that a later run would take as cached.
+    $SUDO tar -C "$dir" -c . | docker import --change "LABEL gpu-scheduler.packages=$versions" - "$tag-partial" >/dev/null
+    docker tag "$tag-partial" "$tag" && docker rmi "$tag-partial" >/dev/null
     log "imported $tag"
   fi
   echo "$tag"
